@@ -1,0 +1,62 @@
+"""EngineConfig: every tunable of an engine, with production defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Settings of one :class:`~api.Engine`. ``EngineConfig()`` gives the defaults.
+
+    ``durability="full"`` (SQLite ``synchronous=FULL``) makes an acknowledged write
+    survive power loss. ``"normal"`` (``synchronous=NORMAL`` in WAL mode) survives a
+    process crash (``kill -9``) but may lose the newest commits on power loss or an OS
+    crash.
+    """
+
+    durability: Literal["full", "normal"] = "full"
+    ledger_max_entries: int = 50_000
+    ledger_max_bytes: int = 64 * MiB
+    snapshot_every: int = 1000
+    """Take a snapshot after this many stable-position advances at commits/aborts..."""
+    snapshot_interval: float = 5.0
+    """...or after this many seconds, whichever first, when something changed."""
+    default_txn_timeout: float = 60.0
+    max_txn_timeout: float = 900.0
+    max_message_bytes: int = 5 * MiB
+    max_request_bytes: int = 32 * MiB
+    consumer_expiry: float = 30.0
+    """An HTTP consumer that has not polled for this long is detached."""
+    ended_txn_retention: float = 3600.0
+    """How long ended transactions stay known (for idempotent commit/abort and GET)."""
+    max_pending_entries: int = 20_000
+    """Backpressure: appends wait while more entries than this await their group commit."""
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("full", "normal"):
+            raise ValueError("durability must be 'full' or 'normal'")
+        for name in (
+            "ledger_max_entries",
+            "ledger_max_bytes",
+            "max_message_bytes",
+            "max_request_bytes",
+            "max_pending_entries",
+            "snapshot_every",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in (
+            "default_txn_timeout",
+            "max_txn_timeout",
+            "snapshot_interval",
+            "consumer_expiry",
+            "ended_txn_retention",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.default_txn_timeout > self.max_txn_timeout:
+            raise ValueError("default_txn_timeout exceeds max_txn_timeout")

@@ -1,0 +1,451 @@
+"""Subscriptions: durable named cursors with consumers, and delivery below the read limit.
+
+Delivery reads the ledger from ``read_position`` up to the *read limit*: the topic's
+``max_read_position`` for read_committed, last confirmed for read_uncommitted. Markers,
+and for read_committed the entries of aborted transactions, are acknowledged by the
+dispatcher itself so they never block the mark-delete position or count as backlog. A
+receiver that finds nothing waits on the topic's change event (no polling); a caught-up
+subscription reads nothing because ``read_position`` is past the limit.
+
+Positions read but not delivered yet (nacked, released by a detached consumer or an
+aborted transactional ack, or kept for another key_shared consumer) wait in ``_replay``
+and are delivered before new entries, re-read by position: memory holds positions, never
+message payloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sortedcontainers import SortedSet
+
+from ledger import (
+    AckConflictError,
+    ClosedError,
+    ConsumerBusyError,
+    Entry,
+    EntryKind,
+    InvalidArgumentError,
+    Position,
+    TxnId,
+    WriteBatch,
+    ms_to_datetime,
+)
+from txn_buffer import Topic
+
+from ._cursor import Cursor
+
+_READ_CHUNK = 500
+_KEY_SHARED_LOOKAHEAD = 2000
+
+
+class SubscriptionType(enum.StrEnum):
+    """How a subscription shares its messages among consumers."""
+
+    EXCLUSIVE = "exclusive"
+    FAILOVER = "failover"
+    SHARED = "shared"
+    KEY_SHARED = "key_shared"
+
+
+class Isolation(enum.StrEnum):
+    """What a subscription may read."""
+
+    READ_COMMITTED = "read_committed"
+    READ_UNCOMMITTED = "read_uncommitted"
+
+
+def parse_enum(kind: type[enum.StrEnum], value: Any, what: str) -> Any:
+    """``kind(value)`` with an :class:`InvalidArgumentError` naming the allowed values."""
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise InvalidArgumentError(f"invalid {what} {value!r}: one of {allowed}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A delivered message."""
+
+    position: Position
+    value: Any
+    key: str | None
+    properties: dict[str, str]
+    txn: str | None
+    publish_time: datetime
+    redelivery_count: int
+
+
+@dataclass(slots=True)
+class Consumer:
+    """A consumer attached to a subscription."""
+
+    name: str
+    expires: bool
+    last_seen: float
+
+
+class Subscription:
+    """A durable, named cursor on a topic, with its consumers and delivery state."""
+
+    def __init__(
+        self,
+        topic: Topic,
+        name: str,
+        type: SubscriptionType,
+        isolation: Isolation,
+        cursor: Cursor,
+        created_ms: int,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.type = type
+        self.isolation = isolation
+        self.cursor = cursor
+        self.created_ms = created_ms
+        self.consumers: dict[str, Consumer] = {}
+        self.deleted = False
+        md = cursor.mark_delete
+        self.read_position = (
+            Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
+        )
+        self._pending: dict[Position, str] = {}  # delivered, unacknowledged -> consumer
+        self._replay: SortedSet = SortedSet()
+        self._redelivery: dict[Position, int] = {}
+        self._txn_acks: dict[Position, TxnId] = {}
+        self._txn_cumulative: dict[TxnId, Position] = {}
+        self._lock = asyncio.Lock()
+
+    # -- limits and persistence ------------------------------------------------------
+
+    @property
+    def read_limit(self) -> Position | None:
+        """The newest position this subscription may read."""
+        buffer = self.topic.buffer
+        if self.isolation is Isolation.READ_COMMITTED:
+            return buffer.max_read_position
+        return buffer.last_confirmed
+
+    def prepare_cursor_write(self, batch: WriteBatch) -> None:
+        """Add the cursor's current durable form to ``batch``."""
+        batch.add(
+            "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
+            (self.cursor.encode(), self.topic.topic_id, self.name),
+        )
+
+    # -- consumers -----------------------------------------------------------------
+
+    def attach(self, name: str, *, expires: bool, expiry: float = 30.0) -> Consumer:
+        """Attach (or touch) consumer ``name``; an exclusive subscription takes one."""
+        if self.deleted:
+            raise ClosedError(f"subscription {self.name} was deleted")
+        now = time.monotonic()
+        self.expire(now, expiry)
+        consumer = self.consumers.get(name)
+        if consumer is None:
+            if self.type is SubscriptionType.EXCLUSIVE and self.consumers:
+                other = next(iter(self.consumers))
+                raise ConsumerBusyError(
+                    f"exclusive subscription {self.name} already has consumer {other!r}"
+                )
+            consumer = Consumer(name, expires, now)
+            self.consumers[name] = consumer
+        consumer.last_seen = now
+        return consumer
+
+    def detach(self, name: str) -> None:
+        """Detach ``name``; its unacknowledged messages are redelivered to others."""
+        if self.consumers.pop(name, None) is None:
+            return
+        released = [p for p, c in self._pending.items() if c == name]
+        for position in released:
+            del self._pending[position]
+            self._redelivery[position] = self._redelivery.get(position, 0) + 1
+            self._replay.add(position)
+        self.topic.notify()
+
+    def expire(self, now: float, expiry: float) -> None:
+        """Detach expiring consumers that have not polled for ``expiry`` seconds."""
+        stale = [
+            c.name for c in self.consumers.values() if c.expires and now - c.last_seen > expiry
+        ]
+        for name in stale:
+            self.detach(name)
+
+    def _target(self, entry: Entry, consumer: str) -> str | None:
+        if self.type is SubscriptionType.SHARED:
+            return consumer
+        if self.type is SubscriptionType.KEY_SHARED:
+            names = sorted(self.consumers)
+            if not names:
+                return None
+            digest = zlib.crc32((entry.key or "").encode())
+            return names[digest % len(names)]
+        return next(iter(self.consumers), None)  # exclusive, or failover's active consumer
+
+    # -- delivery ------------------------------------------------------------------
+
+    async def receive(self, consumer: str, max_messages: int, timeout: float) -> list[Message]:
+        """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            event = self.topic.change_event()
+            if self.deleted or self.topic.deleted:
+                raise ClosedError(f"subscription {self.name} is closed or deleted")
+            async with self._lock:
+                messages = await self._collect(consumer, max_messages)
+            if messages:
+                return messages
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            try:
+                async with asyncio.timeout(remaining):
+                    await event.wait()
+            except TimeoutError:
+                return []
+            if consumer in self.consumers:
+                self.consumers[consumer].last_seen = time.monotonic()
+
+    def _skip(self, entry: Entry) -> bool:
+        if entry.kind is not EntryKind.DATA:
+            return True
+        return (
+            self.isolation is Isolation.READ_COMMITTED
+            and entry.txn_id is not None
+            and self.topic.buffer.is_aborted(entry.txn_id)
+        )
+
+    def _txn_pending(self, position: Position) -> bool:
+        if position in self._txn_acks:
+            return True
+        return any(position <= upto for upto in self._txn_cumulative.values())
+
+    def _message(self, entry: Entry) -> Message:
+        return Message(
+            entry.position,
+            entry.value,
+            entry.key,
+            entry.properties,
+            None if entry.txn_id is None else str(entry.txn_id),
+            ms_to_datetime(entry.publish_time),
+            self._redelivery.get(entry.position, 0),
+        )
+
+    async def _collect(self, consumer: str, max_messages: int) -> list[Message]:
+        ordered = self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+        if ordered and next(iter(self.consumers), None) != consumer:
+            return []  # only the exclusive or active failover consumer receives
+        out: list[Message] = []
+        ledger = self.topic.ledger
+        cursor = self.cursor
+        if self._replay:
+            candidates = [p for p in self._replay if not self._txn_pending(p)]
+            if candidates:
+                entries = await ledger.read_positions(candidates[: max(max_messages * 4, 64)])
+                found = {e.position for e in entries}
+                for position in candidates[: max(max_messages * 4, 64)]:
+                    if position not in found:  # trimmed by retention
+                        self._replay.discard(position)
+                for entry in entries:
+                    position = entry.position
+                    if cursor.is_acked(position) or self._skip(entry):
+                        self._replay.discard(position)
+                        continue
+                    if len(out) < max_messages and self._target(entry, consumer) == consumer:
+                        self._replay.discard(position)
+                        self._pending[position] = consumer
+                        out.append(self._message(entry))
+        scanned = 0
+        while len(out) < max_messages:
+            limit = self.read_limit
+            if limit is None or self.read_position > limit:
+                break
+            if self.type is SubscriptionType.KEY_SHARED:
+                if scanned >= _KEY_SHARED_LOOKAHEAD:
+                    break
+                chunk = _READ_CHUNK
+            else:
+                chunk = min(_READ_CHUNK, max_messages - len(out))
+            entries = await ledger.read(self.read_position, limit, chunk)
+            if not entries:
+                break
+            scanned += len(entries)
+            for entry in entries:
+                position = entry.position
+                self.read_position = Position(position.ledger_id, position.entry_id + 1)
+                if self._skip(entry):
+                    cursor.ack(position, ledger)
+                    continue
+                if cursor.is_acked(position) or self._txn_pending(position):
+                    continue
+                if len(out) < max_messages and self._target(entry, consumer) == consumer:
+                    self._pending[position] = consumer
+                    out.append(self._message(entry))
+                else:
+                    self._replay.add(position)
+        return out
+
+    # -- acknowledgement -----------------------------------------------------------
+
+    def _check_positions(self, positions: Sequence[Position]) -> None:
+        last = self.topic.buffer.last_confirmed
+        for position in positions:
+            if last is None or position > last:
+                raise InvalidArgumentError(f"position {position} is beyond the last entry")
+
+    def check_ack(self, positions: Sequence[Position], cumulative: bool, txn: TxnId | None) -> None:
+        """Raise :class:`AckConflictError` if an ack would touch another transaction's."""
+        self._check_positions(positions)
+        if cumulative:
+            upto = max(positions, default=None)
+            if upto is None:
+                return
+            for position, owner in self._txn_acks.items():
+                if position <= upto and owner != txn:
+                    raise AckConflictError(f"position {position} is pending in {owner}")
+            for owner, pending in self._txn_cumulative.items():
+                if owner != txn:
+                    raise AckConflictError(f"positions up to {pending} are pending in {owner}")
+        else:
+            for position in positions:
+                holder = self._txn_acks.get(position)
+                if holder is None:
+                    holder = next(
+                        (t for t, u in self._txn_cumulative.items() if position <= u), None
+                    )
+                if holder is not None and holder != txn:
+                    raise AckConflictError(f"position {position} is pending in {holder}")
+
+    def apply_ack(self, positions: Sequence[Position], cumulative: bool) -> None:
+        """Acknowledge in memory (the caller persists the cursor in the same step)."""
+        ledger = self.topic.ledger
+        if cumulative:
+            upto = max(positions)
+            self.cursor.ack_cumulative(upto, ledger)
+            for position in [p for p in self._pending if p <= upto]:
+                del self._pending[position]
+            while self._replay and self._replay[0] <= upto:
+                self._replay.pop(0)
+            if self.read_position <= upto:
+                self.read_position = Position(upto.ledger_id, upto.entry_id + 1)
+        else:
+            for position in positions:
+                self.cursor.ack(position, ledger)
+                self._pending.pop(position, None)
+                self._replay.discard(position)
+        for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
+            del self._redelivery[position]
+
+    def hold_for_txn(self, positions: Sequence[Position], cumulative: bool, txn: TxnId) -> None:
+        """Make positions pending in ``txn``: not redelivered until it ends."""
+        if cumulative:
+            upto = max(positions)
+            previous = self._txn_cumulative.get(txn)
+            self._txn_cumulative[txn] = upto if previous is None else max(previous, upto)
+            held = [p for p in self._pending if p <= upto]
+            held += [p for p in self._replay if p <= upto]
+        else:
+            held = list(positions)
+        for position in held:
+            self._txn_acks[position] = txn
+            self._pending.pop(position, None)
+            self._replay.discard(position)
+
+    def release_txn(
+        self, txn: TxnId, committed: bool, acks: Sequence[tuple[list[Position], bool]]
+    ) -> None:
+        """End ``txn``'s hold: acknowledge (commit) or release for redelivery (abort)."""
+        held = [p for p, owner in self._txn_acks.items() if owner == txn]
+        for position in held:
+            del self._txn_acks[position]
+        self._txn_cumulative.pop(txn, None)
+        if committed:
+            for positions, cumulative in acks:
+                self.apply_ack(positions, cumulative)
+        else:
+            for position in held:
+                if not self.cursor.is_acked(position) and position < self.read_position:
+                    self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                    self._replay.add(position)
+        self.topic.notify()
+
+    def nack(self, positions: Sequence[Position]) -> None:
+        """Redeliver ``positions`` (those delivered and unacknowledged), count + 1."""
+        self._check_positions(positions)
+        for position in positions:
+            if self._pending.pop(position, None) is not None:
+                self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                self._replay.add(position)
+        self.topic.notify()
+
+    def seek(self, position: Position | str) -> None:
+        """Everything before ``position`` acknowledged, everything from it on not."""
+        ledger = self.topic.ledger
+        buffer = self.topic.buffer
+        if position == "earliest":
+            mark_delete: Position | None = None
+            start = Position(0, 0)
+        elif position == "latest":
+            mark_delete = buffer.last_confirmed
+            start = (
+                Position(0, 0)
+                if mark_delete is None
+                else Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
+            )
+        else:
+            assert isinstance(position, Position)
+            start = position
+            mark_delete = ledger.previous(position)
+            last = buffer.last_confirmed
+            if mark_delete is not None and last is not None and mark_delete > last:
+                mark_delete = last
+        self.cursor.reset(mark_delete)
+        self._pending.clear()
+        self._replay.clear()
+        self._redelivery.clear()
+        self.read_position = start
+        self.topic.notify()
+
+    # -- stats ---------------------------------------------------------------------
+
+    async def backlog(self) -> int:
+        """Deliverable entries at or below the read limit not yet acknowledged."""
+        limit = self.read_limit
+        if limit is None:
+            return 0
+        md = self.cursor.mark_delete
+        start = Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
+        if start > limit:
+            return 0
+        aborted = [a.txn_id.seq for a in self.topic.buffer.aborted_in_range(start, limit)]
+        acked = [(p.ledger_id << 32) | p.entry_id for p in self.cursor.acked if p <= limit]
+        rows = await self.topic.ledger.store.read(
+            "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
+            " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+            " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
+            " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))",
+            (
+                self.topic.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                limit.ledger_id,
+                limit.entry_id,
+                _json_ints(aborted),
+                _json_ints(acked),
+            ),
+        )
+        return int(rows[0][0])
+
+
+def _json_ints(values: list[int]) -> str:
+    return "[" + ",".join(map(str, values)) + "]"

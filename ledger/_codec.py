@@ -1,0 +1,59 @@
+"""Entry payload encoding: one format-version byte, then a msgpack array.
+
+This is the only module that imports msgpack for entries. ``bytes`` stays ``bytes`` and
+``str`` stays ``str`` (``use_bin_type``), so a value comes back as it was sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from ._errors import CorruptEntryError, InvalidArgumentError
+
+FORMAT_VERSION = 1
+_VERSION_BYTE = bytes([FORMAT_VERSION])
+
+
+def encode_value(value: Any) -> bytes:
+    """Encode a message value alone; raises :class:`InvalidArgumentError` if msgpack cannot."""
+    try:
+        packed: bytes = msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"value cannot be encoded: {exc}") from exc
+    return packed
+
+
+def encode_payload(
+    key: str | None, packed_value: bytes, properties: dict[str, str], publish_time: int
+) -> bytes:
+    """Build the stored payload from an already-encoded value (see :func:`encode_value`)."""
+    head: bytes = msgpack.packb([key, properties, publish_time], use_bin_type=True)
+    return _VERSION_BYTE + head + packed_value
+
+
+def decode_payload(data: bytes) -> tuple[str | None, Any, dict[str, str], int]:
+    """Return ``(key, value, properties, publish_time)``; raises :class:`CorruptEntryError`."""
+    if not data or data[0] != FORMAT_VERSION:
+        version = data[0] if data else None
+        raise CorruptEntryError(f"unknown entry format version {version!r}")
+    try:
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True)
+        unpacker.feed(memoryview(data)[1:])
+        key, properties, publish_time = unpacker.unpack()
+        value = unpacker.unpack()
+    except Exception as exc:
+        raise CorruptEntryError(f"damaged entry: {exc}") from exc
+    return key, value, properties, publish_time
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack for engine metadata (cursors, transaction topics, producer state)."""
+    packed: bytes = msgpack.packb(obj, use_bin_type=True)
+    return packed
+
+
+def unpack(data: bytes) -> Any:
+    """Inverse of :func:`pack`."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)

@@ -1,0 +1,114 @@
+"""The engine's one exception hierarchy.
+
+Every error the engine raises on purpose derives from :class:`EngineError`; the HTTP
+layer maps each class to a status and a contract code in one table (``api/_http.py``)::
+
+    * EngineError                     root
+      x ClosedError                   the engine (or a subscription handle) was closed
+      x EngineFailedError             a background task or a durable write failed; reopen
+      x NotFoundError                 404 not_found
+        + TopicNotFoundError
+        + SubscriptionNotFoundError
+        + TxnNotFoundError
+      x TxnNotOpenError               409 txn_not_open: the transaction has ended
+      x FencedError                   409 fenced: a newer holder of the transactional id
+      x ConflictError                 409 conflict
+        + ConsumerBusyError           a second consumer on an exclusive subscription
+        + AckConflictError            position pending in another open transaction
+        + SubscriptionConflictError   subscription exists with other settings
+      x TooLargeError                 413 too_large
+      x InvalidArgumentError          400 invalid_request; also a ValueError and TypeError
+      x LedgerError
+        + CorruptEntryError           an entry failed to decode
+      x SnapshotError
+        + IncompatibleSnapshotError   a snapshot of an unknown format version
+
+Misuse of arguments raises :class:`InvalidArgumentError`, which is also a ``ValueError``
+and a ``TypeError`` so callers may catch the builtin they expect.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class EngineError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ClosedError(EngineError):
+    """The engine or handle was used after ``close()``."""
+
+
+class EngineFailedError(EngineError):
+    """A durable write or background task failed; the engine refuses new work until reopened."""
+
+
+class NotFoundError(EngineError):
+    """A named thing does not exist."""
+
+
+class TopicNotFoundError(NotFoundError):
+    """The topic does not exist (topics are created explicitly)."""
+
+
+class SubscriptionNotFoundError(NotFoundError):
+    """The subscription does not exist on that topic."""
+
+
+class TxnNotFoundError(NotFoundError):
+    """No transaction has that id (or it ended so long ago that it was forgotten)."""
+
+
+class TxnNotOpenError(EngineError):
+    """The transaction has ended (or is ending) the other way, or timed out."""
+
+
+class FencedError(EngineError):
+    """The transaction was fenced: its ``transactional_id`` was taken by a newer begin."""
+
+
+class ConflictError(EngineError):
+    """The request conflicts with the current state."""
+
+
+class ConsumerBusyError(ConflictError):
+    """An exclusive subscription already has another consumer attached."""
+
+    retriable = True
+
+
+class AckConflictError(ConflictError):
+    """An ack touches a position pending in another open transaction."""
+
+    retriable = True
+
+
+class SubscriptionConflictError(ConflictError):
+    """The subscription exists with a different type or isolation."""
+
+
+class TooLargeError(EngineError):
+    """A message value or a request is larger than the configured limit."""
+
+
+class InvalidArgumentError(EngineError, ValueError, TypeError):
+    """An argument is malformed: bad name, position, value type or range."""
+
+
+class LedgerError(EngineError):
+    """Storage-level failure."""
+
+
+class CorruptEntryError(LedgerError):
+    """A stored entry could not be decoded (unknown format version or damaged bytes)."""
+
+
+class SnapshotError(EngineError):
+    """A snapshot could not be used."""
+
+
+class IncompatibleSnapshotError(SnapshotError):
+    """A snapshot was written in a format this version does not know."""

@@ -1,0 +1,121 @@
+"""The SQLite schema: one file per data directory, migrated by ``PRAGMA user_version``."""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+
+# Every table lives in the same file, so one SQLite transaction (one group commit) can
+# carry data, markers, coordinator decisions and cursor updates atomically.
+_DDL_V1 = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value ANY
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS topics (
+    topic_id   INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL UNIQUE,
+    created_ms INTEGER NOT NULL
+);
+
+-- entries/bytes are NULL while a ledger is open; set when it is sealed.
+CREATE TABLE IF NOT EXISTS ledgers (
+    topic_id   INTEGER NOT NULL,
+    ledger_id  INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    entries    INTEGER,
+    bytes      INTEGER,
+    has_aborts INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic_id, ledger_id)
+) WITHOUT ROWID;
+
+-- kind: 0 data, 1 commit marker, 2 abort marker; txn: transaction sequence or NULL.
+CREATE TABLE IF NOT EXISTS entries (
+    topic_id  INTEGER NOT NULL,
+    ledger_id INTEGER NOT NULL,
+    entry_id  INTEGER NOT NULL,
+    kind      INTEGER NOT NULL,
+    txn       INTEGER,
+    data      BLOB NOT NULL,
+    PRIMARY KEY (topic_id, ledger_id, entry_id)
+) WITHOUT ROWID;
+
+-- Kafka-style aborted transaction index: one row per aborted transaction per topic,
+-- recorded in the ledger its ABORT marker went to (marker_ledger).
+CREATE TABLE IF NOT EXISTS aborted_txns (
+    topic_id      INTEGER NOT NULL,
+    txn           INTEGER NOT NULL,
+    first_ledger  INTEGER NOT NULL,
+    first_entry   INTEGER NOT NULL,
+    last_ledger   INTEGER NOT NULL,
+    last_entry    INTEGER NOT NULL,
+    marker_ledger INTEGER NOT NULL,
+    marker_entry  INTEGER NOT NULL,
+    stable_ledger INTEGER,
+    stable_entry  INTEGER,
+    PRIMARY KEY (topic_id, txn)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS aborted_txns_by_marker
+    ON aborted_txns (topic_id, marker_ledger, marker_entry);
+
+CREATE TABLE IF NOT EXISTS producers (
+    topic_id  INTEGER NOT NULL,
+    producer  TEXT NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    positions BLOB NOT NULL,
+    PRIMARY KEY (topic_id, producer)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS subscriptions (
+    topic_id   INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    type       TEXT NOT NULL,
+    isolation  TEXT NOT NULL,
+    cursor     BLOB NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, name)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS txns (
+    seq              INTEGER PRIMARY KEY,
+    state            TEXT NOT NULL,
+    timeout_ms       INTEGER NOT NULL,
+    deadline_ms      INTEGER NOT NULL,
+    transactional_id TEXT,
+    label            TEXT,
+    fenced           INTEGER NOT NULL DEFAULT 0,
+    topics           BLOB NOT NULL,
+    acks             BLOB NOT NULL,
+    created_ms       INTEGER NOT NULL,
+    ended_ms         INTEGER
+);
+
+CREATE TABLE IF NOT EXISTS finish_keys (
+    key        TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS snapshots (
+    topic_id    INTEGER NOT NULL,
+    snapshot_id INTEGER NOT NULL,
+    ledger_id   INTEGER NOT NULL,
+    entry_id    INTEGER NOT NULL,
+    taken_ms    INTEGER NOT NULL,
+    data        BLOB NOT NULL,
+    PRIMARY KEY (topic_id, snapshot_id)
+) WITHOUT ROWID;
+"""
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a database to :data:`SCHEMA_VERSION` (runs in the writer thread)."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"data directory was written by a newer txnstream (schema {version} > {SCHEMA_VERSION})"
+        )
+    if version < 1:
+        conn.executescript(_DDL_V1)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

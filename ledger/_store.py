@@ -1,0 +1,290 @@
+"""The SQLite store: one writer that group-commits, separate read connections.
+
+This is the only module that imports aiosqlite. Design:
+
+* One write connection, owned by the writer task. Callers build a :class:`WriteBatch`
+  (statements plus callbacks) and :meth:`Store.submit` it; the writer takes every batch
+  queued since its last flush and applies them in submission order inside ONE SQLite
+  transaction, in ONE hop to the connection's thread (an awaited aiosqlite call costs far
+  more than the statements themselves, so we count hops per flush, never per message).
+* After the COMMIT returns, the batches' ``on_durable`` callbacks run on the event loop
+  in submission order, then their futures complete. Durable state is therefore always a
+  prefix of the submitted sequence, and in-memory state is published only after it is
+  durable ("persist, then publish").
+* A flush that fails is retried with backoff for transient errors; after that the store
+  fails: every pending and later submission raises :class:`EngineFailedError`, and the
+  owner reopens (recovery redoes the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from ._errors import ClosedError, EngineFailedError
+from ._schema import migrate
+
+log = logging.getLogger("txnstream.store")
+
+Params = Sequence[Any]
+_TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
+_RETRY_DELAYS = (0.01, 0.05, 0.2, 0.5, 1.0)
+
+
+class WriteBatch:
+    """Statements that become durable together, plus what to do once they are.
+
+    Build it and submit it without awaiting in between: positions assigned while
+    building must reach the writer in the order they were assigned.
+    """
+
+    __slots__ = ("_callbacks", "_statements", "entries")
+
+    def __init__(self) -> None:
+        self._statements: list[tuple[str, list[Params]]] = []
+        self._callbacks: list[Callable[[], None]] = []
+        self.entries = 0
+        """Log entries this batch appends (for metrics and backpressure)."""
+
+    def add(self, sql: str, params: Params = ()) -> None:
+        """Queue one statement."""
+        if self._statements and self._statements[-1][0] == sql:
+            self._statements[-1][1].append(params)
+        else:
+            self._statements.append((sql, [params]))
+
+    def add_many(self, sql: str, rows: Iterable[Params]) -> None:
+        """Queue one statement for each row."""
+        rows = list(rows)
+        if not rows:
+            return
+        if self._statements and self._statements[-1][0] == sql:
+            self._statements[-1][1].extend(rows)
+        else:
+            self._statements.append((sql, rows))
+
+    def on_durable(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the event loop once the batch is durable (in order)."""
+        self._callbacks.append(callback)
+
+    def __bool__(self) -> bool:
+        return bool(self._statements or self._callbacks)
+
+
+def _apply(conn: sqlite3.Connection, statements: list[tuple[str, list[Params]]]) -> None:
+    """Run in the writer thread: one transaction for the whole flush."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, rows in statements:
+            if len(rows) == 1:
+                conn.execute(sql, rows[0])
+            else:
+                conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _merge(batches: list[WriteBatch]) -> list[tuple[str, list[Params]]]:
+    merged: list[tuple[str, list[Params]]] = []
+    for batch in batches:
+        for sql, rows in batch._statements:
+            if merged and merged[-1][0] == sql:
+                merged[-1][1].extend(rows)
+            else:
+                merged.append((sql, list(rows)))
+    return merged
+
+
+class Store:
+    """Owner of the SQLite file: the writer task and the read connections."""
+
+    def __init__(
+        self,
+        path: Path,
+        writer: aiosqlite.Connection,
+        readers: list[aiosqlite.Connection],
+        *,
+        max_pending_entries: int,
+    ) -> None:
+        self.path = path
+        self._writer = writer
+        self._readers = readers
+        self._reader_cycle = itertools.cycle(readers)
+        self._queue: list[tuple[WriteBatch, asyncio.Future[None] | None]] = []
+        self._queued_entries = 0
+        self._max_pending_entries = max_pending_entries
+        self._wakeup = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._closing = False
+        self._closed = False
+        self.failure: BaseException | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.on_flush: Callable[[int], None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        readers: int = 2,
+        max_pending_entries: int = 20_000,
+    ) -> Store:
+        """Open (creating if needed) the database at ``path`` and start the writer."""
+        path = Path(path)
+        writer = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            await writer.execute("PRAGMA journal_mode=WAL")
+            await writer.execute(f"PRAGMA synchronous={synchronous}")
+            await writer.execute("PRAGMA cache_size=-65536")
+            await writer.execute("PRAGMA busy_timeout=5000")
+            await writer._execute(migrate, writer._conn)  # type: ignore[no-untyped-call]
+            reader_conns = []
+            for _ in range(readers):
+                reader = await aiosqlite.connect(path, isolation_level=None)
+                await reader.execute("PRAGMA query_only=1")
+                await reader.execute("PRAGMA cache_size=-32768")
+                await reader.execute("PRAGMA busy_timeout=5000")
+                reader_conns.append(reader)
+        except BaseException:
+            await writer.close()
+            raise
+        store = cls(path, writer, reader_conns, max_pending_entries=max_pending_entries)
+        store._task = asyncio.create_task(store._run_writer(), name="txnstream-writer")
+        return store
+
+    # -- writing -------------------------------------------------------------------
+
+    def submit(self, batch: WriteBatch, *, wait: bool = True) -> asyncio.Future[None] | None:
+        """Queue ``batch``; return a future that completes once it is durable.
+
+        With ``wait=False`` no future is made (pipelined writes whose durability a later
+        batch will establish). Raises :class:`EngineFailedError` / :class:`ClosedError`.
+        """
+        self._check_writable()
+        future = asyncio.get_running_loop().create_future() if wait else None
+        self._queue.append((batch, future))
+        self._queued_entries += batch.entries
+        self._drained.clear()
+        self._wakeup.set()
+        return future
+
+    async def write(self, batch: WriteBatch) -> None:
+        """Submit and wait until durable."""
+        future = self.submit(batch)
+        assert future is not None
+        await future
+
+    async def wait_writable(self) -> None:
+        """Backpressure: wait while more than the allowed entries are queued."""
+        while self._queued_entries > self._max_pending_entries and self.failure is None:
+            await self._drained.wait()
+        self._check_writable()
+
+    def _check_writable(self) -> None:
+        if self.failure is not None:
+            raise EngineFailedError(f"storage failed: {self.failure}") from self.failure
+        if self._closing:
+            raise ClosedError("the store is closed")
+
+    async def _run_writer(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            taken, self._queue = self._queue, []
+            entries = sum(batch.entries for batch, _ in taken)
+            try:
+                await self._flush([batch for batch, _ in taken])
+            except Exception as exc:  # noqa: BLE001 - any failure fails the store
+                self._fail(exc, taken)
+                return
+            self._queued_entries -= entries
+            for batch, _ in taken:
+                for callback in batch._callbacks:
+                    try:
+                        callback()
+                    except Exception as exc:
+                        log.exception("on_durable callback failed")
+                        self._fail(exc, [])
+            for _, future in taken:
+                if future is not None and not future.done():
+                    future.set_result(None)
+            if self.on_flush is not None:
+                self.on_flush(entries)
+            if not self._queue:
+                self._drained.set()
+
+    async def _flush(self, batches: list[WriteBatch]) -> None:
+        statements = _merge(batches)
+        for attempt, delay in enumerate((*_RETRY_DELAYS, None)):
+            try:
+                # aiosqlite offers no public "run this function on the connection's
+                # thread"; _execute is that primitive and lets a whole flush cost one hop.
+                await self._writer._execute(_apply, self._writer._conn, statements)  # type: ignore[no-untyped-call]
+                return
+            except sqlite3.OperationalError as exc:
+                transient = any(word in str(exc).lower() for word in _TRANSIENT)
+                if not transient or delay is None:
+                    raise
+                log.warning("flush failed (attempt %d), retrying: %s", attempt + 1, exc)
+                await asyncio.sleep(delay)
+
+    def _fail(
+        self, exc: BaseException, taken: list[tuple[WriteBatch, asyncio.Future[None] | None]]
+    ) -> None:
+        if self.failure is None:
+            log.error("storage failed; the engine must be reopened", exc_info=exc)
+            self.failure = exc
+        pending, self._queue = [*taken, *self._queue], []
+        error = EngineFailedError(f"storage failed: {exc}")
+        for _, future in pending:
+            if future is not None and not future.done():
+                future.set_exception(error)
+        self._drained.set()
+        if self.on_failure is not None:
+            self.on_failure(exc)
+
+    # -- reading -------------------------------------------------------------------
+
+    async def read(self, sql: str, params: Params = ()) -> list[Any]:
+        """Run a query on a read connection; sees only committed (durable) data."""
+        if self._closed:
+            raise ClosedError("the store is closed")
+        reader = next(self._reader_cycle)
+        rows = await reader.execute_fetchall(sql, params)
+        return list(rows)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is durable."""
+        await self.write(WriteBatch())
+
+    async def close(self) -> None:
+        """Write everything queued, then close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task  # drains the queue, then returns
+        self._closed = True
+        for reader in self._readers:
+            await reader.close()
+        await self._writer.close()

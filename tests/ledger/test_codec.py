@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import CorruptEntryError, InvalidArgumentError, decode_payload, encode_payload
+from ledger import encode_value
+
+json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    st.none() | st.text(max_size=20),
+    json_like,
+    st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    st.integers(min_value=0, max_value=2**53),
+)
+def test_payload_round_trip_keeps_bytes_and_str_apart(
+    key: str | None, value: Any, properties: dict[str, str], publish_time: int
+) -> None:
+    data = encode_payload(key, encode_value(value), properties, publish_time)
+    assert decode_payload(data) == (key, value, properties, publish_time)
+
+
+def test_unencodable_value_is_an_invalid_argument() -> None:
+    with pytest.raises(InvalidArgumentError):
+        encode_value(object())
+    with pytest.raises(InvalidArgumentError):
+        encode_value(2**70)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x09abc", b"\x01\xc1"])
+def test_damaged_payload_is_reported(data: bytes) -> None:
+    with pytest.raises(CorruptEntryError):
+        decode_payload(data)

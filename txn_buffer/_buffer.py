@@ -1,0 +1,182 @@
+"""TxnBuffer: one topic's transaction buffer, a sans-I/O state machine.
+
+Definition (Pulsar's ``TopicTransactionBuffer``, Kafka's last stable offset): the
+*stable position*, here ``max_read_position`` (inclusive), is the position just before
+the first entry of the oldest open transaction on the topic, or the last confirmed
+(newest durable) position when none is open. A read_committed reader may read up to it
+and everything there is decided: below it, every transactional entry belongs to a
+committed or an aborted transaction, and the aborted ones are in ``aborted``.
+
+The buffer is fed durable entries in position order (``on_entry``) and never awaits, so
+no mutation is ever split by an ``await``. It holds O(open + retained aborted
+transactions), never a transaction's messages.
+
+Recovery rule: state after replaying entries ``[0, p]`` from scratch equals the state
+restored from a snapshot taken at ``p`` followed by replay of the entries after ``p``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sortedcontainers import SortedKeyList, SortedList
+
+from ledger import EntryKind, Position, TxnId
+
+
+@dataclass(slots=True)
+class OpenTxn:
+    """An open transaction's durable data on this topic."""
+
+    first: Position
+    before_first: Position | None
+    """The last confirmed position when ``first`` arrived: the stable limit it imposes."""
+    last: Position
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction's data range on this topic (Kafka's AbortedTxn)."""
+
+    txn_id: TxnId
+    first: Position
+    last: Position
+    marker: Position
+    stable: Position | None
+    """``max_read_position`` just before the ABORT marker: bounds range queries."""
+
+
+def _marker_key(aborted: AbortedTxn) -> Position:
+    return aborted.marker
+
+
+class TxnBuffer:
+    """Open transactions' first positions, the aborted set, and ``max_read_position``."""
+
+    def __init__(self) -> None:
+        self._ongoing: dict[TxnId, OpenTxn] = {}
+        self._ongoing_order: SortedList = SortedList()  # (first position, txn id)
+        self._aborted: dict[TxnId, AbortedTxn] = {}
+        self._aborted_by_marker: SortedKeyList = SortedKeyList(key=_marker_key)
+        self.last_confirmed: Position | None = None
+        self.max_read_position: Position | None = None
+
+    # -- feeding -------------------------------------------------------------------
+
+    def on_entry(self, position: Position, kind: EntryKind, txn_id: TxnId | None) -> None:
+        """Apply one durable entry; entries must arrive in strictly increasing position."""
+        if self.last_confirmed is not None and position <= self.last_confirmed:
+            raise ValueError(f"entry {position} arrived after {self.last_confirmed}")
+        if txn_id is not None:
+            if kind is EntryKind.DATA:
+                open_txn = self._ongoing.get(txn_id)
+                if open_txn is not None:
+                    open_txn.last = position
+                elif txn_id not in self._aborted:
+                    self._ongoing[txn_id] = OpenTxn(position, self.last_confirmed, position)
+                    self._ongoing_order.add((position, txn_id))
+            else:
+                open_txn = self._ongoing.pop(txn_id, None)
+                if open_txn is not None:
+                    self._ongoing_order.remove((open_txn.first, txn_id))
+                    if kind is EntryKind.ABORT:
+                        aborted = AbortedTxn(
+                            txn_id, open_txn.first, open_txn.last, position, self.max_read_position
+                        )
+                        self._aborted[txn_id] = aborted
+                        self._aborted_by_marker.add(aborted)
+        self.last_confirmed = position
+        if self._ongoing_order:
+            _, oldest = self._ongoing_order[0]
+            self.max_read_position = self._ongoing[oldest].before_first
+        else:
+            self.max_read_position = position
+
+    # -- queries -------------------------------------------------------------------
+
+    def is_aborted(self, txn_id: TxnId) -> bool:
+        """True if ``txn_id`` aborted with data on this topic (O(1))."""
+        return txn_id in self._aborted
+
+    def is_open(self, txn_id: TxnId) -> bool:
+        """True if ``txn_id`` has durable data here and no marker yet."""
+        return txn_id in self._ongoing
+
+    @property
+    def ongoing_txns(self) -> dict[TxnId, OpenTxn]:
+        """Open transactions with data on this topic (do not mutate)."""
+        return self._ongoing
+
+    @property
+    def aborted_txns(self) -> dict[TxnId, AbortedTxn]:
+        """Retained aborted transactions (do not mutate)."""
+        return self._aborted
+
+    def open_below(self, low_watermark: int) -> list[TxnId]:
+        """Open transactions whose id is below the coordinator's low watermark."""
+        return [txn_id for txn_id in self._ongoing if txn_id.seq < low_watermark]
+
+    def aborted_in_range(self, start: Position, end: Position) -> list[AbortedTxn]:
+        """Aborted transactions with data in ``[start, end]``, in marker order.
+
+        Scans markers from ``start`` on and stops at the first abort whose stable position
+        was already at or past ``end`` (Kafka's ``lastStableOffset`` early exit): any
+        transaction aborted after it began after ``end``.
+        """
+        found: list[AbortedTxn] = []
+        for aborted in self._aborted_by_marker.irange_key(min_key=start):
+            if aborted.first <= end and aborted.last >= start:
+                found.append(aborted)
+            if aborted.stable is not None and aborted.stable >= end:
+                break
+        return found
+
+    def iter_aborted(self) -> Iterator[AbortedTxn]:
+        """Every retained aborted transaction, in marker order."""
+        return iter(self._aborted_by_marker)
+
+    # -- maintenance ---------------------------------------------------------------
+
+    def prune_aborted_before(self, position: Position) -> int:
+        """Forget aborted transactions whose data all lies before ``position``."""
+        gone = [a for a in self._aborted_by_marker if a.last < position]
+        for aborted in gone:
+            del self._aborted[aborted.txn_id]
+            self._aborted_by_marker.remove(aborted)
+        return len(gone)
+
+    def restore(
+        self,
+        *,
+        last_confirmed: Position | None,
+        max_read_position: Position | None,
+        ongoing: dict[TxnId, OpenTxn],
+        aborted: list[AbortedTxn],
+    ) -> None:
+        """Load state taken from a snapshot (replay continues after it)."""
+        self.last_confirmed = last_confirmed
+        self.max_read_position = max_read_position
+        self._ongoing = dict(ongoing)
+        self._ongoing_order = SortedList((o.first, t) for t, o in ongoing.items())
+        self._aborted = {a.txn_id: a for a in aborted}
+        self._aborted_by_marker = SortedKeyList(aborted, key=_marker_key)
+
+    def _check(self) -> None:
+        """Assert the buffer's invariants (tests call it after every step)."""
+        assert len(self._ongoing) == len(self._ongoing_order)
+        assert len(self._aborted) == len(self._aborted_by_marker)
+        for first, txn_id in self._ongoing_order:
+            open_txn = self._ongoing[txn_id]
+            assert open_txn.first == first <= open_txn.last
+            assert self.last_confirmed is not None
+            assert open_txn.last <= self.last_confirmed
+            assert self.max_read_position is None or self.max_read_position < first
+            assert txn_id not in self._aborted
+        if not self._ongoing:
+            assert self.max_read_position == self.last_confirmed
+        elif self.max_read_position is not None:
+            assert self.last_confirmed is not None
+            assert self.max_read_position <= self.last_confirmed
+        for aborted in self._aborted.values():
+            assert aborted.first <= aborted.last < aborted.marker

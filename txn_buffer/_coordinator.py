@@ -1,0 +1,529 @@
+"""Coordinator: every transaction's life across topics.
+
+Begin, the topics (and transactional acks) a transaction touched, timeouts, fencing by
+``transactional_id``, the commit/abort decision, ``finish`` of several transactions at
+once, and the low watermark.
+
+Why there is no separate "committing" record on disk: a decision, its markers on every
+touched topic and the acknowledgements it applies are one :class:`~ledger.WriteBatch`,
+so they become durable in one SQLite transaction. After a crash either all of it is
+there or none of it is (the transaction is then still open and times out, or was never
+durable at all). "Redo" after a crash is therefore only reconciling buffers that hold
+an open transaction the coordinator no longer has open (see ``Engine`` recovery).
+
+Transaction rows are written through the same ordered writer queue as data, so a
+transaction's row is durable no later than its first entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ledger import (
+    EntryKind,
+    FencedError,
+    InvalidArgumentError,
+    Store,
+    TxnId,
+    TxnNotFoundError,
+    TxnNotOpenError,
+    WriteBatch,
+    now_ms,
+    pack,
+    unpack,
+)
+
+from ._state import TxnState
+from ._topic import Topic
+
+log = logging.getLogger("txnstream.coordinator")
+
+_MAX_LABEL = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TxnInfo:
+    """A transaction as clients see it."""
+
+    txn: str
+    state: str
+    label: str | None
+    topics: list[str]
+    fenced: bool
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAck:
+    """A transactional ack waiting for its transaction's decision."""
+
+    topic: str
+    subscription: str
+    positions: tuple[str, ...]
+    cumulative: bool
+
+
+@dataclass(slots=True, eq=False)
+class TxnRecord:
+    """The coordinator's record of one transaction."""
+
+    txn_id: TxnId
+    state: TxnState
+    timeout_ms: int
+    deadline_ms: int
+    transactional_id: str | None
+    label: str | None
+    created_ms: int
+    fenced: bool = False
+    topics: dict[str, None] = field(default_factory=dict)
+    acks: list[PendingAck] = field(default_factory=list)
+    ended_ms: int | None = None
+    timed_out: bool = False
+
+    def info(self) -> TxnInfo:
+        """The public view of this record."""
+        return TxnInfo(
+            str(self.txn_id),
+            str(self.state),
+            self.label,
+            list(self.topics),
+            self.fenced,
+            self.timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinishResult:
+    """What ``finish`` decided."""
+
+    committed: list[str]
+    aborted: list[str]
+    duplicate: bool
+
+
+class AckParticipant(Protocol):
+    """Applies or releases a transaction's pending acks (implemented by the engine)."""
+
+    def prepare_txn_end(self, batch: WriteBatch, record: TxnRecord, committed: bool) -> None:
+        """Add the cursor updates of ``record``'s acks to ``batch``."""
+
+
+class Coordinator:
+    """Owns transactions: ids, states, timeouts, fencing, decisions."""
+
+    def __init__(
+        self,
+        store: Store,
+        resolve_topic: Callable[[str], Topic | None],
+        *,
+        default_timeout: float,
+        max_timeout: float,
+        ended_retention: float,
+    ) -> None:
+        self._store = store
+        self._resolve_topic = resolve_topic
+        self.default_timeout = default_timeout
+        self.max_timeout = max_timeout
+        self.ended_retention_ms = int(ended_retention * 1000)
+        self._txns: dict[int, TxnRecord] = {}
+        self._holders: dict[str, TxnRecord] = {}
+        self._next_seq = 0
+        self._deadlines: list[tuple[int, int]] = []
+        self._deadline_changed = asyncio.Event()
+        self._finish_keys: set[str] = set()
+        self.ack_participant: AckParticipant | None = None
+        self.on_ended: Callable[[TxnRecord, bool], None] | None = None
+
+    # -- loading -------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Load the persisted counter, open and recently ended transactions, finish keys."""
+        rows = await self._store.read("SELECT value FROM meta WHERE key = 'next_txn_seq'")
+        self._next_seq = int(rows[0][0]) if rows else 0
+        horizon = now_ms() - self.ended_retention_ms
+        rows = await self._store.read(
+            "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
+            " topics, acks, created_ms, ended_ms FROM txns"
+            " WHERE state = 'open' OR ended_ms >= ? ORDER BY seq",
+            (horizon,),
+        )
+        for (
+            seq,
+            state,
+            timeout_ms,
+            deadline_ms,
+            tid,
+            label,
+            fenced,
+            topics,
+            acks,
+            created,
+            ended,
+        ) in rows:
+            record = TxnRecord(
+                TxnId(seq),
+                TxnState(state),
+                timeout_ms,
+                deadline_ms,
+                tid,
+                label,
+                created,
+                bool(fenced),
+                dict.fromkeys(unpack(topics)),
+                [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)],
+                ended,
+            )
+            self._txns[seq] = record
+            if tid is not None and not record.fenced:
+                self._holders[tid] = record
+            if record.state is TxnState.OPEN:
+                heapq.heappush(self._deadlines, (deadline_ms, seq))
+            self._next_seq = max(self._next_seq, seq + 1)
+        rows = await self._store.read("SELECT key FROM finish_keys")
+        self._finish_keys = {key for (key,) in rows}
+
+    # -- lookups -------------------------------------------------------------------
+
+    def get(self, txn_id: TxnId | str) -> TxnRecord:
+        """The record of ``txn_id``; raises :class:`TxnNotFoundError`."""
+        try:
+            seq = TxnId.coerce(txn_id).seq
+        except InvalidArgumentError:
+            raise TxnNotFoundError(f"transaction {txn_id!r} not found") from None
+        record = self._txns.get(seq)
+        if record is None:
+            raise TxnNotFoundError(f"transaction {txn_id} not found")
+        return record
+
+    def records(self) -> Iterable[TxnRecord]:
+        """Every known record (open and recently ended)."""
+        return self._txns.values()
+
+    def list_txns(self, state: str | None = None, label_prefix: str | None = None) -> list[TxnInfo]:
+        """Transactions filtered by state and label prefix, oldest first."""
+        if state is not None:
+            try:
+                wanted: TxnState | None = TxnState(state)
+            except ValueError:
+                raise InvalidArgumentError(f"unknown transaction state {state!r}") from None
+        else:
+            wanted = None
+        return [
+            record.info()
+            for record in self._txns.values()
+            if (wanted is None or record.state is wanted)
+            and (
+                label_prefix is None
+                or (record.label is not None and record.label.startswith(label_prefix))
+            )
+        ]
+
+    def open_records(self) -> list[TxnRecord]:
+        """Transactions currently open."""
+        return [r for r in self._txns.values() if r.state is TxnState.OPEN]
+
+    def low_watermark(self) -> int:
+        """The smallest txn sequence that may still be open; all below have ended."""
+        undecided = (
+            seq
+            for seq, record in self._txns.items()
+            if record.state in (TxnState.OPEN, TxnState.COMMITTING, TxnState.ABORTING)
+        )
+        return min(undecided, default=self._next_seq)
+
+    # -- begin and use -------------------------------------------------------------
+
+    def begin(
+        self,
+        *,
+        timeout: float | None = None,
+        transactional_id: str | None = None,
+        label: str | None = None,
+    ) -> TxnRecord:
+        """Start a transaction; its row is pipelined (durable before its first entry).
+
+        A ``transactional_id`` already held by an open transaction aborts and fences it.
+        """
+        timeout = self.default_timeout if timeout is None else timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise InvalidArgumentError("timeout must be a number of seconds")
+        if not 0 < timeout <= self.max_timeout:
+            raise InvalidArgumentError(f"timeout must be in (0, {self.max_timeout}] seconds")
+        if label is not None and (not isinstance(label, str) or len(label) > _MAX_LABEL):
+            raise InvalidArgumentError(f"label must be a string of at most {_MAX_LABEL} chars")
+        if transactional_id is not None and (
+            not isinstance(transactional_id, str) or not 0 < len(transactional_id) <= _MAX_LABEL
+        ):
+            raise InvalidArgumentError("transactional_id must be a non-empty string ≤ 200 chars")
+        batch = WriteBatch()
+        if transactional_id is not None:
+            previous = self._holders.get(transactional_id)
+            if previous is not None:
+                previous.fenced = True
+                batch.add("UPDATE txns SET fenced = 1 WHERE seq = ?", (previous.txn_id.seq,))
+                if previous.state is TxnState.OPEN:
+                    self._prepare_end(batch, previous, commit=False)
+        created = now_ms()
+        timeout_ms = max(1, round(timeout * 1000))
+        record = TxnRecord(
+            TxnId(self._next_seq),
+            TxnState.OPEN,
+            timeout_ms,
+            created + timeout_ms,
+            transactional_id,
+            label,
+            created,
+        )
+        self._next_seq += 1
+        batch.add(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)", (self._next_seq,)
+        )
+        batch.add(
+            "INSERT INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
+            " fenced, topics, acks, created_ms) VALUES (?, 'open', ?, ?, ?, ?, 0, ?, ?, ?)",
+            (
+                record.txn_id.seq,
+                timeout_ms,
+                record.deadline_ms,
+                transactional_id,
+                label,
+                pack([]),
+                pack([]),
+                created,
+            ),
+        )
+        self._store.submit(batch, wait=False)
+        self._txns[record.txn_id.seq] = record
+        if transactional_id is not None:
+            self._holders[transactional_id] = record
+        self._add_deadline(record)
+        return record
+
+    def check_open(self, txn_id: TxnId | str) -> TxnRecord:
+        """The record if the transaction accepts work; raises fenced/not open/not found."""
+        record = self.get(txn_id)
+        if record.fenced:
+            raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
+        if record.state is not TxnState.OPEN:
+            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+        if now_ms() >= record.deadline_ms:
+            self._deadline_changed.set()  # let the timeout task abort it now
+            raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
+        return record
+
+    def register_topic(self, batch: WriteBatch, record: TxnRecord, topic: str) -> None:
+        """Note that ``record`` touches ``topic`` (in ``batch``, before its data)."""
+        if topic not in record.topics:
+            record.topics[topic] = None
+            batch.add(
+                "UPDATE txns SET topics = ? WHERE seq = ?",
+                (pack(list(record.topics)), record.txn_id.seq),
+            )
+
+    def register_ack(self, batch: WriteBatch, record: TxnRecord, ack: PendingAck) -> None:
+        """Note a transactional ack to apply at commit (in ``batch``)."""
+        record.acks.append(ack)
+        batch.add(
+            "UPDATE txns SET acks = ? WHERE seq = ?",
+            (
+                pack(
+                    [
+                        [a.topic, a.subscription, list(a.positions), a.cumulative]
+                        for a in record.acks
+                    ]
+                ),
+                record.txn_id.seq,
+            ),
+        )
+
+    # -- ending --------------------------------------------------------------------
+
+    async def commit(self, txn_id: TxnId | str) -> TxnRecord:
+        """Commit; returns once the decision and every marker are durable."""
+        record = self.get(txn_id)
+        if record.fenced:
+            raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
+        if record.state in (TxnState.COMMITTED, TxnState.COMMITTING):
+            await self._store.flush()
+            return record
+        if record.state is not TxnState.OPEN:
+            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+        if now_ms() >= record.deadline_ms:
+            await self._end([], [record], timed_out=True)
+            raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
+        await self._end([record], [])
+        return record
+
+    async def abort(self, txn_id: TxnId | str) -> TxnRecord:
+        """Abort; returns once the decision and every marker are durable."""
+        record = self.get(txn_id)
+        if record.fenced:
+            raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
+        if record.state in (TxnState.ABORTED, TxnState.ABORTING):
+            await self._store.flush()
+            return record
+        if record.state is not TxnState.OPEN:
+            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+        await self._end([], [record])
+        return record
+
+    async def finish(
+        self,
+        commit: Sequence[TxnId | str] = (),
+        abort: Sequence[TxnId | str] = (),
+        idempotence_key: str | None = None,
+    ) -> FinishResult:
+        """Decide several transactions in one atomic step.
+
+        Every listed commit and abort takes effect, or none does. With an
+        ``idempotence_key`` already used by an earlier successful ``finish``, every
+        listed transaction still open is aborted instead and ``duplicate`` is True.
+        """
+        if idempotence_key is not None and (
+            not isinstance(idempotence_key, str) or not 0 < len(idempotence_key) <= 1000
+        ):
+            raise InvalidArgumentError("idempotence_key must be a non-empty string")
+        to_commit = [self.get(t) for t in commit]
+        to_abort = [self.get(t) for t in abort]
+        everyone = [*to_commit, *to_abort]
+        if len({id(r) for r in everyone}) != len(everyone):
+            raise InvalidArgumentError("a transaction is listed more than once")
+        if idempotence_key is not None and idempotence_key in self._finish_keys:
+            still_open = [r for r in everyone if r.state is TxnState.OPEN]
+            await self._end([], still_open)
+            await self._store.flush()
+            return FinishResult(
+                [str(r.txn_id) for r in everyone if r.state is TxnState.COMMITTED],
+                [str(r.txn_id) for r in everyone if r.state is TxnState.ABORTED],
+                duplicate=True,
+            )
+        now = now_ms()
+        for record in everyone:
+            if record.fenced:
+                raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
+        for record in to_commit:
+            expired = record.state is TxnState.OPEN and now >= record.deadline_ms
+            if record.state in (TxnState.ABORTING, TxnState.ABORTED) or expired:
+                raise TxnNotOpenError(f"transaction {record.txn_id} is not open")
+        for record in to_abort:
+            if record.state in (TxnState.COMMITTING, TxnState.COMMITTED):
+                raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+
+        def remember_key(batch: WriteBatch) -> None:
+            if idempotence_key is not None:
+                self._finish_keys.add(idempotence_key)
+                batch.add(
+                    "INSERT OR REPLACE INTO finish_keys (key, created_ms) VALUES (?, ?)",
+                    (idempotence_key, now),
+                )
+
+        await self._end(
+            [r for r in to_commit if r.state is TxnState.OPEN],
+            [r for r in to_abort if r.state is TxnState.OPEN],
+            extra=remember_key,
+        )
+        await self._store.flush()  # also covers records another call was already ending
+        return FinishResult(
+            [str(r.txn_id) for r in to_commit], [str(r.txn_id) for r in to_abort], False
+        )
+
+    async def _end(
+        self,
+        commits: list[TxnRecord],
+        aborts: list[TxnRecord],
+        *,
+        timed_out: bool = False,
+        extra: Callable[[WriteBatch], None] | None = None,
+    ) -> None:
+        batch = WriteBatch()
+        for record in commits:
+            self._prepare_end(batch, record, commit=True)
+        for record in aborts:
+            record.timed_out = timed_out
+            self._prepare_end(batch, record, commit=False)
+        if extra is not None:
+            extra(batch)
+        await self._store.write(batch)
+
+    def _prepare_end(self, batch: WriteBatch, record: TxnRecord, *, commit: bool) -> None:
+        target, final = (
+            (TxnState.COMMITTING, TxnState.COMMITTED)
+            if commit
+            else (TxnState.ABORTING, TxnState.ABORTED)
+        )
+        if not record.state.can_become(target):
+            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+        record.state = target
+        ended = now_ms()
+        batch.add(
+            "UPDATE txns SET state = ?, ended_ms = ? WHERE seq = ?",
+            (str(final), ended, record.txn_id.seq),
+        )
+        kind = EntryKind.COMMIT if commit else EntryKind.ABORT
+        for name in record.topics:
+            topic = self._resolve_topic(name)
+            if topic is not None:
+                topic.prepare_marker(batch, kind, record.txn_id)
+        if record.acks and self.ack_participant is not None:
+            self.ack_participant.prepare_txn_end(batch, record, commit)
+
+        def decided() -> None:
+            record.state = final
+            record.ended_ms = ended
+            if self.on_ended is not None:
+                self.on_ended(record, commit)
+
+        batch.on_durable(decided)
+
+    # -- timeouts and housekeeping ---------------------------------------------------
+
+    def _add_deadline(self, record: TxnRecord) -> None:
+        heapq.heappush(self._deadlines, (record.deadline_ms, record.txn_id.seq))
+        if self._deadlines[0][1] == record.txn_id.seq:
+            self._deadline_changed.set()
+
+    async def run_timeouts(self) -> None:
+        """Abort transactions whose deadline passed; forget long-ended ones. Runs forever."""
+        next_prune = 0
+        while True:
+            now = now_ms()
+            expired: list[TxnRecord] = []
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, seq = heapq.heappop(self._deadlines)
+                record = self._txns.get(seq)
+                if record is not None and record.state is TxnState.OPEN:
+                    expired.append(record)
+            if expired:
+                log.info("aborting %d timed-out transaction(s)", len(expired))
+                await self._end([], expired, timed_out=True)
+            if now >= next_prune:
+                await self._prune(now)
+                next_prune = now + 60_000
+            delay = (self._deadlines[0][0] - now_ms()) / 1000 if self._deadlines else 60.0
+            self._deadline_changed.clear()
+            try:
+                async with asyncio.timeout(max(0.0, min(delay, 60.0))):
+                    await self._deadline_changed.wait()
+            except TimeoutError:
+                pass
+
+    async def _prune(self, now: int) -> None:
+        horizon = now - self.ended_retention_ms
+        gone = [
+            seq
+            for seq, r in self._txns.items()
+            if r.state.is_ended and r.ended_ms is not None and r.ended_ms < horizon
+        ]
+        for seq in gone:
+            record = self._txns.pop(seq)
+            tid = record.transactional_id
+            if tid is not None and self._holders.get(tid) is record:
+                del self._holders[tid]
+        batch = WriteBatch()
+        batch.add("DELETE FROM txns WHERE state != 'open' AND ended_ms < ?", (horizon,))
+        await self._store.write(batch)

@@ -1,0 +1,179 @@
+"""Topic: a managed ledger, its transaction buffer, producer state and change signal.
+
+Appends are *prepared* into a :class:`~ledger.WriteBatch` synchronously (positions are
+assigned in call order) and applied to the buffer by the batch's durable callback, so
+the buffer only ever sees durable entries, in position order, and ``max_read_position``
+never passes a non-durable entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ledger import (
+    EntryKind,
+    ManagedLedger,
+    Position,
+    TxnId,
+    WriteBatch,
+    encode_payload,
+    encode_value,
+    now_ms,
+    pack,
+)
+
+from ._buffer import TxnBuffer
+
+_MARKER_VALUE = encode_value(None)
+_INSERT_ABORTED = (
+    "INSERT OR REPLACE INTO aborted_txns (topic_id, txn, first_ledger, first_entry, last_ledger,"
+    " last_entry, marker_ledger, marker_entry, stable_ledger, stable_entry)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_PRODUCER = (
+    "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions) VALUES (?, ?, ?, ?)"
+)
+
+
+@dataclass(slots=True)
+class ProducerState:
+    """An idempotent producer's last stored batch on one topic."""
+
+    last_seq: int
+    first_seq: int
+    positions: list[Position]
+
+
+class Topic:
+    """One topic's log, transaction buffer and idempotent-producer state."""
+
+    def __init__(
+        self,
+        name: str,
+        topic_id: int,
+        ledger: ManagedLedger,
+        buffer: TxnBuffer,
+        producers: dict[str, ProducerState],
+        created_ms: int,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.ledger = ledger
+        self.buffer = buffer
+        self.producers = producers
+        self.created_ms = created_ms
+        self.deleted = False
+        # first/last prepared data position of each open transaction on this topic
+        # (includes not-yet-durable sends, which the buffer cannot know yet).
+        self._txn_spans: dict[TxnId, list[Position]] = {
+            txn_id: [o.first, o.last] for txn_id, o in buffer.ongoing_txns.items()
+        }
+        self._changed = asyncio.Event()
+
+    # -- change notification -------------------------------------------------------
+
+    def change_event(self) -> asyncio.Event:
+        """An event set at the next change (durable append, marker, subscription news)."""
+        return self._changed
+
+    def notify(self) -> None:
+        """Wake everyone waiting on :meth:`change_event`."""
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    # -- appends -------------------------------------------------------------------
+
+    def prepare_data(
+        self,
+        batch: WriteBatch,
+        messages: Sequence[tuple[str | None, bytes, dict[str, str]]],
+        txn_id: TxnId | None,
+    ) -> list[Position]:
+        """Add data entries ``(key, packed value, properties)`` to ``batch``."""
+        publish = now_ms()
+        records = [
+            (EntryKind.DATA, txn_id, encode_payload(key, value, properties, publish))
+            for key, value, properties in messages
+        ]
+        positions = self.ledger.prepare_append(batch, records)
+        if txn_id is not None:
+            span = self._txn_spans.get(txn_id)
+            if span is None:
+                self._txn_spans[txn_id] = [positions[0], positions[-1]]
+            else:
+                span[1] = positions[-1]
+        buffer = self.buffer
+
+        def applied() -> None:
+            if self.deleted:
+                return
+            for position in positions:
+                buffer.on_entry(position, EntryKind.DATA, txn_id)
+            self.notify()
+
+        batch.on_durable(applied)
+        return positions
+
+    def prepare_marker(self, batch: WriteBatch, kind: EntryKind, txn_id: TxnId) -> Position:
+        """Add a COMMIT or ABORT marker (and the abort index row) to ``batch``."""
+        payload = encode_payload(None, _MARKER_VALUE, {}, now_ms())
+        (position,) = self.ledger.prepare_append(batch, [(kind, txn_id, payload)])
+        span = self._txn_spans.pop(txn_id, None)
+        if kind is EntryKind.ABORT and span is not None:
+            first, last = span
+            stable = self.buffer.max_read_position
+            batch.add(
+                _INSERT_ABORTED,
+                (
+                    self.topic_id,
+                    txn_id.seq,
+                    first.ledger_id,
+                    first.entry_id,
+                    last.ledger_id,
+                    last.entry_id,
+                    position.ledger_id,
+                    position.entry_id,
+                    None if stable is None else stable.ledger_id,
+                    None if stable is None else stable.entry_id,
+                ),
+            )
+            self.ledger.mark_has_aborts(batch, position.ledger_id)
+
+        def applied() -> None:
+            if self.deleted:
+                return
+            self.buffer.on_entry(position, kind, txn_id)
+            self.notify()
+
+        batch.on_durable(applied)
+        return position
+
+    def has_prepared_data(self, txn_id: TxnId) -> bool:
+        """True if ``txn_id`` sent data here that no marker has ended yet."""
+        return txn_id in self._txn_spans
+
+    # -- idempotent producers --------------------------------------------------------
+
+    def duplicate_of(self, producer: str, sequence: int) -> list[Position] | None:
+        """The stored positions if ``sequence`` is at or below the producer's last one.
+
+        Returns None when the batch is new; ``[]`` for a duplicate whose positions are no
+        longer known (only the producer's last batch is remembered).
+        """
+        state = self.producers.get(producer)
+        if state is None or sequence > state.last_seq:
+            return None
+        return list(state.positions) if sequence == state.first_seq else []
+
+    def record_producer(
+        self, batch: WriteBatch, producer: str, sequence: int, positions: list[Position]
+    ) -> None:
+        """Remember the producer's batch (durable with the batch's data)."""
+        last_seq = sequence + len(positions) - 1
+        self.producers[producer] = ProducerState(last_seq, sequence, positions)
+        batch.add(
+            _UPSERT_PRODUCER,
+            (self.topic_id, producer, last_seq, pack([sequence, [str(p) for p in positions]])),
+        )
