@@ -6,8 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import CorruptEntryError, InvalidArgumentError, decode_payload, encode_payload
-from ledger import encode_value
+from ledger import (
+    CorruptEntryError,
+    InvalidArgumentError,
+    decode_payload,
+    encode_payload,
+    encode_value,
+)
 
 json_like = st.recursive(
     st.none()
@@ -16,8 +21,9 @@ json_like = st.recursive(
     | st.floats(allow_nan=False)
     | st.text()
     | st.binary(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
