@@ -1,0 +1,217 @@
+"""Stateful property test: the engine against a small reference model.
+
+Random begin / transactional send / plain send / commit / abort / rollover / restart on
+two topics. After every step: the stable position is exactly where the model puts it,
+each transaction buffer passes ``_check()``, and a read_committed subscription on each
+topic has delivered exactly the committed and non-transactional values at or below it,
+in log order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+
+from api import Engine, EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
+from ledger import WriteBatch
+
+TOPICS = ("a", "b")
+
+
+@dataclass
+class ModelEntry:
+    kind: str  # "data" | "commit" | "abort"
+    txn: int | None
+    value: int | None
+
+
+@dataclass
+class ModelTxn:
+    seq: int
+    state: str = "open"
+    topics: list[str] = field(default_factory=list)
+
+
+class Model:
+    """What the log of each topic must hold and what read_committed may deliver."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, list[ModelEntry]] = {t: [] for t in TOPICS}
+        self.txns: dict[int, ModelTxn] = {}
+
+    def stable_index(self, topic: str) -> int:
+        """Index of the stable entry (-1: none)."""
+        log = self.logs[topic]
+        for i, entry in enumerate(log):
+            is_txn_data = entry.kind == "data" and entry.txn is not None
+            if is_txn_data and self.txns[entry.txn].state == "open":
+                return i - 1
+        return len(log) - 1
+
+    def deliverable(self, topic: str) -> list[int]:
+        upto = self.stable_index(topic)
+        return [
+            e.value
+            for e in self.logs[topic][: upto + 1]
+            if e.kind == "data"
+            and e.value is not None
+            and (e.txn is None or self.txns[e.txn].state == "committed")
+        ]
+
+
+class EngineMachine(RuleBasedStateMachine):
+    txns = Bundle("txns")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+        self.config = EngineConfig(ledger_max_entries=7)
+        self.model = Model()
+        self.next_value = 0
+        self.delivered: dict[str, list[int]] = {t: [] for t in TOPICS}
+        self.engine = self.run(self._open())
+        for topic in TOPICS:
+            self.run(self.engine.create_topic(topic))
+            self.run(self.engine.create_subscription(topic, "rc"))
+        self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
+
+    def run(self, coro):  # type: ignore[no-untyped-def]
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
+
+    async def _open(self) -> Engine:
+        return await Engine.open(self.dir, self.config)
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.engine.close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- rules ---------------------------------------------------------------------
+
+    @rule(target=txns)
+    def begin(self) -> int:
+        txn = self.run(self.engine.begin(timeout=600))
+        seq = txn.txn_id.seq
+        self.model.txns[seq] = ModelTxn(seq)
+        return seq
+
+    @rule(seq=txns, topic=st.sampled_from(TOPICS), count=st.integers(1, 3))
+    def txn_send(self, seq: int, topic: str, count: int) -> None:
+        txn_state = self.model.txns[seq]
+        values = list(range(self.next_value, self.next_value + count))
+        self.next_value += count
+
+        async def send() -> None:
+            handle = Transaction(self.engine, TxnId(seq))
+            await asyncio.gather(*(handle.send(topic, v) for v in values))
+
+        if txn_state.state != "open":
+            try:
+                self.run(send())
+            except TxnNotOpenError:
+                return
+            raise AssertionError("send to an ended transaction was accepted")
+        self.run(send())
+        if topic not in txn_state.topics:
+            txn_state.topics.append(topic)
+        self.model.logs[topic].extend(ModelEntry("data", seq, v) for v in values)
+
+    @rule(topic=st.sampled_from(TOPICS), count=st.integers(1, 3))
+    def plain_send(self, topic: str, count: int) -> None:
+        values = list(range(self.next_value, self.next_value + count))
+        self.next_value += count
+        self.run(self.engine.send_many(topic, values))
+        self.model.logs[topic].extend(ModelEntry("data", None, v) for v in values)
+
+    def _end(self, seq: int, commit: bool) -> None:
+        txn_state = self.model.txns[seq]
+        if txn_state.state != "open":
+            return
+        if commit:
+            self.run(self.engine.commit(f"txn-{seq}"))
+        else:
+            self.run(self.engine.abort(f"txn-{seq}"))
+        txn_state.state = "committed" if commit else "aborted"
+        for topic in txn_state.topics:
+            self.model.logs[topic].append(ModelEntry("commit" if commit else "abort", seq, None))
+
+    @rule(seq=consumes(txns))
+    def commit(self, seq: int) -> None:
+        self._end(seq, commit=True)
+
+    @rule(seq=consumes(txns))
+    def abort(self, seq: int) -> None:
+        self._end(seq, commit=False)
+
+    @rule(topic=st.sampled_from(TOPICS))
+    def roll_over(self, topic: str) -> None:
+        batch = WriteBatch()
+        self.engine._topics[topic].ledger.roll_over(batch)
+        self.run(self.engine.store.write(batch))
+
+    @precondition(lambda self: self.next_value > 0)
+    @rule()
+    def restart(self) -> None:
+        self.run(self.engine.close())
+        self.engine = self.run(self._open())
+        self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
+
+    # -- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def matches_model(self) -> None:
+        self.run(self.engine.store.flush())
+        for topic in TOPICS:
+            buffer = self.engine._topics[topic].buffer
+            buffer._check()
+            fetched = self.run(
+                self.engine.fetch(topic, None, max=10_000, isolation="read_uncommitted")
+            )
+            log = [
+                (
+                    e.kind,
+                    None if e.txn is None else int(e.txn[4:]),
+                    e.value if e.kind == "data" else None,
+                )
+                for e in fetched.entries
+            ]
+            model_log = [(e.kind, e.txn, e.value) for e in self.model.logs[topic]]
+            assert log == model_log
+            index = self.model.stable_index(topic)
+            expected = None if index < 0 else fetched.entries[index].position
+            assert buffer.max_read_position == expected
+            self._drain(topic)
+            assert self.delivered[topic] == self.model.deliverable(topic)
+
+    def _drain(self, topic: str) -> None:
+        handle = self.handles[topic]
+        while True:
+            messages = self.run(handle.receive(max=1000, timeout=0))
+            if not messages:
+                return
+            self.delivered[topic].extend(m.value for m in messages)
+            last: Position = messages[-1].position
+            self.run(handle.ack(last, cumulative=True))
+
+
+EngineMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=25, deadline=None, derandomize=True
+)
+TestEngineAgainstModel = EngineMachine.TestCase
