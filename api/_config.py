@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ledger import pack, unpack
+
 MiB = 1024 * 1024
 
 
@@ -35,6 +37,8 @@ class EngineConfig:
     """How long ended transactions stay known (for idempotent commit/abort and GET)."""
     max_pending_entries: int = 20_000
     """Backpressure: appends wait while more entries than this await their group commit."""
+    retention_check_interval: float = 30.0
+    """How often topics with a retention policy are trimmed."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
@@ -55,8 +59,40 @@ class EngineConfig:
             "snapshot_interval",
             "consumer_expiry",
             "ended_txn_retention",
+            "retention_check_interval",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.default_txn_timeout > self.max_txn_timeout:
             raise ValueError("default_txn_timeout exceeds max_txn_timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What of a topic's log may be deleted, by whole ledgers.
+
+    A sealed ledger goes when it is older than ``max_age`` seconds, or when the topic's
+    retained bytes exceed ``max_bytes`` without it; with ``require_ack`` (default) only
+    once every subscription has acknowledged all of it. A ledger holding anything above
+    the stable position is never deleted.
+    """
+
+    max_age: float | None = None
+    max_bytes: int | None = None
+    require_ack: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_age is not None and not self.max_age > 0:
+            raise ValueError("max_age must be positive seconds")
+        if self.max_bytes is not None and not self.max_bytes >= 0:
+            raise ValueError("max_bytes must be non-negative")
+
+    def encode(self) -> bytes:
+        """Durable form."""
+        return pack([self.max_age, self.max_bytes, self.require_ack])
+
+    @classmethod
+    def decode(cls, data: bytes) -> RetentionPolicy:
+        """Inverse of :meth:`encode`."""
+        max_age, max_bytes, require_ack = unpack(data)
+        return cls(max_age, max_bytes, bool(require_ack))

@@ -57,6 +57,7 @@ from ledger import (
     now_ms,
     unpack,
 )
+from snapshots import SnapshotState, is_due, prepare_snapshot, recover
 from txn_buffer import (
     Coordinator,
     FinishResult,
@@ -69,7 +70,7 @@ from txn_buffer import (
     TxnState,
 )
 
-from ._config import EngineConfig
+from ._config import EngineConfig, RetentionPolicy
 from ._metrics import EngineMetrics
 
 log = logging.getLogger("txnstream.engine")
@@ -178,6 +179,8 @@ class Engine:
         self._coordinator: Coordinator | None = None
         self._topics: dict[str, Topic] = {}
         self._subscriptions: dict[tuple[str, str], Subscription] = {}
+        self._snapshots: dict[int, SnapshotState] = {}
+        self._retention: dict[str, RetentionPolicy] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
@@ -222,6 +225,7 @@ class Engine:
         self.state = EngineState.OPEN
         self._spawn(coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
+        self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
 
     async def close(self) -> None:
         """Stop background work, write everything queued, close the store. Idempotent.
@@ -238,8 +242,9 @@ class Engine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for subscription in self._subscriptions.values():
+            subscription.closed = True  # waiting receivers leave with ClosedError
         for topic in self._topics.values():
-            topic.deleted = True  # receivers leave with ClosedError
             topic.notify()
         if self._store is not None:
             await self._store.close()
@@ -272,6 +277,8 @@ class Engine:
             return
         self._failure = exc
         self.state = EngineState.FAILED
+        for subscription in self._subscriptions.values():
+            subscription.closed = True
         for topic in self._topics.values():
             topic.notify()
 
@@ -300,25 +307,35 @@ class Engine:
 
     async def _load_topics(self) -> None:
         store = self.store
-        rows = await store.read("SELECT topic_id, name, created_ms FROM topics ORDER BY topic_id")
+        rows = await store.read(
+            "SELECT topic_id, name, created_ms, retention FROM topics ORDER BY topic_id"
+        )
 
-        async def load(topic_id: int, name: str, created_ms: int) -> None:
+        async def load(topic_id: int, name: str, created_ms: int, retention: bytes | None) -> None:
             ledger = await ManagedLedger.open(
                 store,
                 topic_id,
                 max_entries=self.config.ledger_max_entries,
                 max_bytes=self.config.ledger_max_bytes,
             )
-            buffer = TxnBuffer()
-            start = Position(0, 0)
-            while True:
-                metas = await ledger.read_meta(start, _REPLAY_CHUNK)
-                for meta in metas:
-                    buffer.on_entry(meta.position, meta.kind, meta.txn_id)
-                if len(metas) < _REPLAY_CHUNK:
-                    break
-                last = metas[-1].position
-                start = Position(last.ledger_id, last.entry_id + 1)
+            buffer, recovery, snapshot = await recover(ledger)
+            ids = await store.read(
+                "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = ?),"
+                " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = ?)",
+                (topic_id, topic_id),
+            )
+            next_snapshot, next_segment = ids[0][0] + 1, ids[0][1] + 1
+            state = SnapshotState(next_snapshot_id=next_snapshot, next_segment_id=next_segment)
+            state.recovery = recovery
+            if snapshot is not None:
+                state.segments = list(snapshot.segments)
+                state.position = snapshot.position
+                state.has_snapshot = True
+            else:
+                state.purge_segments_below = next_segment
+            self._snapshots[topic_id] = state
+            if retention is not None:
+                self._retention[name] = RetentionPolicy.decode(retention)
             producers = {}
             for producer, last_seq, packed in await store.read(
                 "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?",
@@ -331,8 +348,8 @@ class Engine:
             self._topics[name] = Topic(name, topic_id, ledger, buffer, producers, created_ms)
 
         async with asyncio.TaskGroup() as group:
-            for topic_id, name, created_ms in rows:
-                group.create_task(load(topic_id, name, created_ms))
+            for topic_id, name, created_ms, retention in rows:
+                group.create_task(load(topic_id, name, created_ms, retention))
 
     async def _load_subscriptions(self) -> None:
         by_id = {topic.topic_id: topic for topic in self._topics.values()}
@@ -401,6 +418,125 @@ class Engine:
             if batch:
                 await self.store.write(batch)
 
+    async def _snapshot_loop(self) -> None:
+        """Take snapshots as the policy asks; apply retention."""
+        every, interval = self.config.snapshot_every, self.config.snapshot_interval
+        tick = min(0.5, interval / 2)
+        next_retention = 0.0
+        while True:
+            await asyncio.sleep(tick)
+            batch = WriteBatch()
+            for topic in list(self._topics.values()):
+                state = self._snapshots.get(topic.topic_id)
+                if state is not None and is_due(state, topic, every=every, interval=interval):
+                    prepare_snapshot(batch, topic, state)
+            if batch:
+                await self.store.write(batch)
+            if time.monotonic() >= next_retention:
+                next_retention = time.monotonic() + self.config.retention_check_interval
+                for name in list(self._retention):
+                    if name in self._topics:
+                        await self._apply_retention(self._topics[name])
+
+    async def set_retention(
+        self,
+        topic: str,
+        *,
+        max_age: float | None = None,
+        max_bytes: int | None = None,
+        require_ack: bool = True,
+    ) -> None:
+        """Set ``topic``'s retention policy (None for both keeps everything)."""
+        owner = self._topic(topic)
+        try:
+            policy = RetentionPolicy(max_age, max_bytes, require_ack)
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        batch = WriteBatch()
+        batch.add(
+            "UPDATE topics SET retention = ? WHERE topic_id = ?", (policy.encode(), owner.topic_id)
+        )
+        await self.store.write(batch)
+        self._retention[topic] = policy
+
+    async def apply_retention(self, topic: str) -> int:
+        """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
+        return await self._apply_retention(self._topic(topic))
+
+    async def _apply_retention(self, topic: Topic) -> int:
+        policy = self._retention.get(topic.name)
+        stable = topic.buffer.max_read_position
+        if policy is None or stable is None:
+            return 0
+        ledgers = topic.ledger.ledgers
+        now = now_ms()
+        acked: Position | None = stable
+        if policy.require_ack:
+            for (name, _), sub in self._subscriptions.items():
+                if name == topic.name:
+                    md = sub.cursor.mark_delete
+                    if md is None:
+                        return 0
+                    acked = md if acked is None or md < acked else acked
+        total = sum(info.bytes for info in ledgers)
+        upto: int | None = None
+        for info, following in itertools.pairwise(ledgers):
+            if not info.sealed:
+                break
+            last = Position(info.ledger_id, info.entries - 1) if info.entries else None
+            if last is not None and (acked is None or last > acked or last > stable):
+                break
+            too_old = (
+                policy.max_age is not None and following.created_ms < now - policy.max_age * 1000
+            )
+            too_big = policy.max_bytes is not None and total > policy.max_bytes
+            if not (too_old or too_big):
+                break
+            total -= info.bytes
+            upto = info.ledger_id
+        if upto is None:
+            return 0
+        batch = WriteBatch()
+        removed = topic.ledger.prepare_trim(batch, upto)
+        first = topic.ledger.first_position()
+        if first is not None:
+            topic.buffer.prune_aborted_before(first)
+        state = self._snapshots.get(topic.topic_id)
+        if state is not None:
+            prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
+        await self.store.write(batch)
+        log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
+        return removed
+
+    def _retention_stats(self, name: str) -> dict[str, Any] | None:
+        policy = self._retention.get(name)
+        if policy is None:
+            return None
+        return {
+            "max_age": policy.max_age,
+            "max_bytes": policy.max_bytes,
+            "require_ack": policy.require_ack,
+        }
+
+    async def take_snapshot(self, topic: str) -> dict[str, Any]:
+        """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
+        owner = self._topic(topic)
+        state = self._snapshots[owner.topic_id]
+        batch = WriteBatch()
+        size = prepare_snapshot(batch, owner, state)
+        await self.store.write(batch)
+        buffer = owner.buffer
+        return {
+            "topic": topic,
+            "position": _str(buffer.last_confirmed),
+            "stable_position": _str(buffer.max_read_position),
+            "open_txns": {str(t): str(o.first) for t, o in buffer.ongoing_txns.items()},
+            "aborted_txns": len(buffer.aborted_txns),
+            "segments": len(state.segments),
+            "bytes_written": size,
+            "snapshot_bytes": state.size,
+        }
+
     def _on_txn_ended(self, record: TxnRecord, committed: bool) -> None:
         if committed:
             self.metrics.txns_committed.inc()
@@ -450,6 +586,7 @@ class Engine:
             )
             await store.write(batch)
             self._topics[name] = Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
+            self._snapshots[topic_id] = SnapshotState()
             return True
 
     async def list_topics(self) -> list[str]:
@@ -465,6 +602,7 @@ class Engine:
             for table in (
                 "entries",
                 "ledgers",
+                "snapshot_segments",
                 "aborted_txns",
                 "producers",
                 "subscriptions",
@@ -472,9 +610,12 @@ class Engine:
                 "topics",
             ):
                 batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic.topic_id,))
+            self.coordinator.forget(batch, name)
             await self.store.write(batch)
             topic.deleted = True
             del self._topics[name]
+            self._snapshots.pop(topic.topic_id, None)
+            self._retention.pop(name, None)
             for key in [k for k in self._subscriptions if k[0] == name]:
                 self._subscriptions.pop(key).deleted = True
             topic.notify()
@@ -504,8 +645,41 @@ class Engine:
             "aborted_txns": len(buffer.aborted_txns),
             "ledgers": len(topic.ledger.ledgers),
             "entries": topic.ledger.count_between(None, lac),
-            "snapshot": None,
+            "oldest_open_txn_started_at": self._oldest_open_txn(name),
+            "snapshot": self._snapshot_stats(topic),
+            "recovery": self._recovery_stats(topic),
+            "retention": self._retention_stats(name),
             "subscriptions": subscriptions,
+        }
+
+    def _oldest_open_txn(self, topic: str) -> str | None:
+        started = [
+            record.created_ms
+            for record in self.coordinator.open_records()
+            if topic in record.topics
+        ]
+        return ms_to_datetime(min(started)).isoformat() if started else None
+
+    def _snapshot_stats(self, topic: Topic) -> dict[str, Any] | None:
+        state = self._snapshots.get(topic.topic_id)
+        if state is None or not state.has_snapshot or state.taken_ms is None:
+            return None
+        return {
+            "position": _str(state.position),
+            "taken_at": ms_to_datetime(state.taken_ms).isoformat(),
+            "size_bytes": state.size,
+            "segments": len(state.segments),
+        }
+
+    def _recovery_stats(self, topic: Topic) -> dict[str, Any] | None:
+        state = self._snapshots.get(topic.topic_id)
+        if state is None or state.recovery is None:
+            return None
+        info = state.recovery
+        return {
+            "from_snapshot": info.from_snapshot,
+            "entries_replayed": info.entries_replayed,
+            "seconds": round(info.seconds, 6),
         }
 
     # -- producing -----------------------------------------------------------------
@@ -624,6 +798,8 @@ class Engine:
         record = self.coordinator.begin(
             timeout=timeout, transactional_id=transactional_id, label=label
         )
+        if transactional_id is not None:
+            await self.store.flush()  # the fenced predecessor's abort is durable on return
         return Transaction(self, record.txn_id)
 
     def transaction(
@@ -859,6 +1035,7 @@ class Engine:
                 "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
                 (sub.topic.topic_id, subscription),
             )
+            self.coordinator.forget(batch, topic, subscription)
             await self.store.write(batch)
             del self._subscriptions[(topic, subscription)]
             sub.deleted = True
@@ -1121,3 +1298,7 @@ class SubscriptionHandle:
                 raise StopAsyncIteration
             self._buffer = await self.receive(max=100, timeout=3600.0)
         return self._buffer.pop(0)
+
+
+def _str(position: Position | None) -> str | None:
+    return None if position is None else str(position)

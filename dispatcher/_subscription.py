@@ -34,6 +34,8 @@ from ledger import (
     EntryKind,
     InvalidArgumentError,
     Position,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
     TxnId,
     WriteBatch,
     ms_to_datetime,
@@ -113,6 +115,7 @@ class Subscription:
         self.created_ms = created_ms
         self.consumers: dict[str, Consumer] = {}
         self.deleted = False
+        self.closed = False
         md = cursor.mark_delete
         self.read_position = (
             Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
@@ -145,8 +148,7 @@ class Subscription:
 
     def attach(self, name: str, *, expires: bool, expiry: float = 30.0) -> Consumer:
         """Attach (or touch) consumer ``name``; an exclusive subscription takes one."""
-        if self.deleted:
-            raise ClosedError(f"subscription {self.name} was deleted")
+        self._check_usable()
         now = time.monotonic()
         self.expire(now, expiry)
         consumer = self.consumers.get(name)
@@ -199,8 +201,7 @@ class Subscription:
         deadline = loop.time() + max(0.0, timeout)
         while True:
             event = self.topic.change_event()
-            if self.deleted or self.topic.deleted:
-                raise ClosedError(f"subscription {self.name} is closed or deleted")
+            self._check_usable()
             async with self._lock:
                 messages = await self._collect(consumer, max_messages)
             if messages:
@@ -215,6 +216,14 @@ class Subscription:
                 return []
             if consumer in self.consumers:
                 self.consumers[consumer].last_seen = time.monotonic()
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise ClosedError("the engine is closed")
+        if self.topic.deleted:
+            raise TopicNotFoundError(f"topic {self.topic.name!r} was deleted")
+        if self.deleted:
+            raise SubscriptionNotFoundError(f"subscription {self.name!r} was deleted")
 
     def _skip(self, entry: Entry) -> bool:
         if entry.kind is not EntryKind.DATA:
@@ -286,7 +295,10 @@ class Subscription:
                 if self._skip(entry):
                     cursor.ack(position, ledger)
                     continue
-                if cursor.is_acked(position) or self._txn_pending(position):
+                if cursor.is_acked(position):
+                    continue
+                if self._txn_pending(position):
+                    self._replay.add(position)  # deliverable again if that transaction aborts
                     continue
                 if len(out) < max_messages and self._target(entry, consumer) == consumer:
                     self._pending[position] = consumer

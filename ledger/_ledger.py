@@ -209,6 +209,32 @@ class ManagedLedger:
                 (self.topic_id, ledger_id),
             )
 
+    def prepare_trim(self, batch: WriteBatch, upto_ledger_id: int) -> int:
+        """Delete whole sealed ledgers up to ``upto_ledger_id`` (never the open one).
+
+        Returns how many ledgers go. Their entries and aborted-index rows that concern
+        only them are deleted in ``batch``.
+        """
+        doomed = [
+            info for info in self._ledgers[:-1] if info.ledger_id <= upto_ledger_id and info.sealed
+        ]
+        if not doomed:
+            return 0
+        last_id = doomed[-1].ledger_id
+        self._ledgers = self._ledgers[len(doomed) :]
+        self._ids = [info.ledger_id for info in self._ledgers]
+        batch.add(
+            "DELETE FROM entries WHERE topic_id = ? AND ledger_id <= ?", (self.topic_id, last_id)
+        )
+        batch.add(
+            "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id <= ?", (self.topic_id, last_id)
+        )
+        batch.add(
+            "DELETE FROM aborted_txns WHERE topic_id = ? AND last_ledger <= ?",
+            (self.topic_id, last_id),
+        )
+        return len(doomed)
+
     # -- navigation ----------------------------------------------------------------
 
     @property

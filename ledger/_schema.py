@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS topics (
     topic_id   INTEGER PRIMARY KEY,
     name       TEXT NOT NULL UNIQUE,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    retention  BLOB
 );
 
 -- entries/bytes are NULL while a ledger is open; set when it is sealed.
@@ -95,6 +96,14 @@ CREATE TABLE IF NOT EXISTS txns (
 CREATE TABLE IF NOT EXISTS finish_keys (
     key        TEXT PRIMARY KEY,
     created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Sealed, immutable segments of a topic's aborted set, referenced by snapshots' indexes.
+CREATE TABLE IF NOT EXISTS snapshot_segments (
+    topic_id   INTEGER NOT NULL,
+    segment_id INTEGER NOT NULL,
+    data       BLOB NOT NULL,
+    PRIMARY KEY (topic_id, segment_id)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS snapshots (

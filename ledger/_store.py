@@ -11,6 +11,10 @@ This is the only module that imports aiosqlite. Design:
   in submission order, then their futures complete. Durable state is therefore always a
   prefix of the submitted sequence, and in-memory state is published only after it is
   durable ("persist, then publish").
+* Pipelined batches (``wait=False``: sends inside a transaction) do not wake the writer
+  by themselves: they ride with the next batch someone waits for (the commit), or go
+  after ``linger`` seconds, or as soon as ``flush_entries`` are queued. A transaction of
+  N sends and a commit therefore costs one flush, like Kafka's producer with linger.
 * A flush that fails is retried with backoff for transient errors; after that the store
   fails: every pending and later submission raises :class:`EngineFailedError`, and the
   owner reopens (recovery redoes the rest).
@@ -115,8 +119,13 @@ class Store:
         readers: list[aiosqlite.Connection],
         *,
         max_pending_entries: int,
+        linger: float = 0.005,
+        flush_entries: int = 1000,
     ) -> None:
         self.path = path
+        self._linger = linger
+        self._flush_entries = flush_entries
+        self._linger_handle: asyncio.TimerHandle | None = None
         self._writer = writer
         self._readers = readers
         self._reader_cycle = itertools.cycle(readers)
@@ -178,7 +187,12 @@ class Store:
         self._queue.append((batch, future))
         self._queued_entries += batch.entries
         self._drained.clear()
-        self._wakeup.set()
+        if wait or self._queued_entries >= self._flush_entries:
+            self._wakeup.set()
+        elif self._linger_handle is None and not self._wakeup.is_set():
+            self._linger_handle = asyncio.get_running_loop().call_later(
+                self._linger, self._wakeup.set
+            )
         return future
 
     async def write(self, batch: WriteBatch) -> None:
@@ -190,6 +204,7 @@ class Store:
     async def wait_writable(self) -> None:
         """Backpressure: wait while more than the allowed entries are queued."""
         while self._queued_entries > self._max_pending_entries and self.failure is None:
+            self._wakeup.set()
             await self._drained.wait()
         self._check_writable()
 
@@ -201,12 +216,15 @@ class Store:
 
     async def _run_writer(self) -> None:
         while True:
-            if not self._queue:
-                if self._closing:
-                    return
-                self._wakeup.clear()
+            if not self._queue and self._closing:
+                return
+            if not self._queue or not (self._wakeup.is_set() or self._closing):
                 await self._wakeup.wait()
                 continue
+            self._wakeup.clear()
+            if self._linger_handle is not None:
+                self._linger_handle.cancel()
+                self._linger_handle = None
             taken, self._queue = self._queue, []
             entries = sum(batch.entries for batch, _ in taken)
             try:

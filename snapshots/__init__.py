@@ -1,3 +1,19 @@
-"""Transaction-buffer snapshots and snapshot + tail-replay recovery (not implemented yet)."""
+"""Transaction-buffer snapshots and recovery by snapshot plus tail replay."""
 
-__all__: list[str] = []
+from ._model import FORMAT_VERSION, SEGMENT_SIZE, SegmentRef, TxnBufferSnapshot
+from ._replay import RecoveryInfo, full_replay, recover, replay
+from ._store import SnapshotState, is_due, prepare_snapshot
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SEGMENT_SIZE",
+    "RecoveryInfo",
+    "SegmentRef",
+    "SnapshotState",
+    "TxnBufferSnapshot",
+    "full_replay",
+    "is_due",
+    "prepare_snapshot",
+    "recover",
+    "replay",
+]

@@ -44,7 +44,10 @@ class AbortedTxn:
     last: Position
     marker: Position
     stable: Position | None
-    """``max_read_position`` just before the ABORT marker: bounds range queries."""
+    """``max_read_position`` just before the ABORT marker (Kafka's lastStableOffset hint).
+
+    A hint only: after retention or snapshot recovery it may differ from the value the
+    original run computed, so nothing relies on it for correctness."""
 
 
 def _marker_key(aborted: AbortedTxn) -> Position:
@@ -118,19 +121,21 @@ class TxnBuffer:
         return [txn_id for txn_id in self._ongoing if txn_id.seq < low_watermark]
 
     def aborted_in_range(self, start: Position, end: Position) -> list[AbortedTxn]:
-        """Aborted transactions with data in ``[start, end]``, in marker order.
+        """Aborted transactions whose data span overlaps ``[start, end]``, in marker order.
 
-        Scans markers from ``start`` on and stops at the first abort whose stable position
-        was already at or past ``end`` (Kafka's ``lastStableOffset`` early exit): any
-        transaction aborted after it began after ``end``.
+        A transaction's ABORT marker always follows its data, so only markers at or after
+        ``start`` can qualify; cost O(aborted transactions with a marker after ``start``).
         """
-        found: list[AbortedTxn] = []
-        for aborted in self._aborted_by_marker.irange_key(min_key=start):
-            if aborted.first <= end and aborted.last >= start:
-                found.append(aborted)
-            if aborted.stable is not None and aborted.stable >= end:
-                break
-        return found
+        return [
+            aborted
+            for aborted in self._aborted_by_marker.irange_key(min_key=start)
+            if aborted.first <= end and aborted.last >= start
+        ]
+
+    @property
+    def aborted_by_marker(self) -> SortedKeyList:
+        """Retained aborted transactions ordered by ABORT marker (do not mutate)."""
+        return self._aborted_by_marker
 
     def iter_aborted(self) -> Iterator[AbortedTxn]:
         """Every retained aborted transaction, in marker order."""
@@ -139,12 +144,22 @@ class TxnBuffer:
     # -- maintenance ---------------------------------------------------------------
 
     def prune_aborted_before(self, position: Position) -> int:
-        """Forget aborted transactions whose data all lies before ``position``."""
-        gone = [a for a in self._aborted_by_marker if a.last < position]
+        """Forget what lies before ``position`` (the first retained entry).
+
+        Aborted transactions whose data all lies before it are dropped; one whose data
+        starts before it starts at it now (what a replay from ``position`` would see).
+        """
+        gone = [a for a in self._aborted_by_marker if a.first < position]
         for aborted in gone:
-            del self._aborted[aborted.txn_id]
             self._aborted_by_marker.remove(aborted)
-        return len(gone)
+            del self._aborted[aborted.txn_id]
+            if aborted.last >= position:
+                clamped = AbortedTxn(
+                    aborted.txn_id, position, aborted.last, aborted.marker, aborted.stable
+                )
+                self._aborted[aborted.txn_id] = clamped
+                self._aborted_by_marker.add(clamped)
+        return sum(1 for a in gone if a.last < position)
 
     def restore(
         self,

@@ -341,6 +341,41 @@ class Coordinator:
             ),
         )
 
+    def forget(self, batch: WriteBatch, topic: str, subscription: str | None = None) -> None:
+        """Drop a deleted topic (or one subscription's acks) from open transactions.
+
+        A topic recreated under the same name must not receive the old transactions'
+        markers, and a recreated subscription must not receive their acks.
+        """
+        for record in self._txns.values():
+            if record.state is not TxnState.OPEN:
+                continue
+            acks = [
+                a
+                for a in record.acks
+                if not (a.topic == topic and subscription in (None, a.subscription))
+            ]
+            touched = subscription is None and topic in record.topics
+            if touched:
+                del record.topics[topic]
+            if len(acks) != len(record.acks):
+                record.acks = acks
+                touched = True
+            if touched:
+                batch.add(
+                    "UPDATE txns SET topics = ?, acks = ? WHERE seq = ?",
+                    (
+                        pack(list(record.topics)),
+                        pack(
+                            [
+                                [a.topic, a.subscription, list(a.positions), a.cumulative]
+                                for a in record.acks
+                            ]
+                        ),
+                        record.txn_id.seq,
+                    ),
+                )
+
     # -- ending --------------------------------------------------------------------
 
     async def commit(self, txn_id: TxnId | str) -> TxnRecord:

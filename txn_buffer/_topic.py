@@ -65,6 +65,8 @@ class Topic:
         self.producers = producers
         self.created_ms = created_ms
         self.deleted = False
+        self.markers_applied = 0
+        """Markers applied to the buffer since open (drives the snapshot policy)."""
         # first/last prepared data position of each open transaction on this topic
         # (includes not-yet-durable sends, which the buffer cannot know yet).
         self._txn_spans: dict[TxnId, list[Position]] = {
@@ -145,6 +147,7 @@ class Topic:
             if self.deleted:
                 return
             self.buffer.on_entry(position, kind, txn_id)
+            self.markers_applied += 1
             self.notify()
 
         batch.on_durable(applied)

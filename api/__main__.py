@@ -1,0 +1,8 @@
+"""``python -m api``: the ``txnstream`` command."""
+
+from __future__ import annotations
+
+from ._cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Snapshot format: a transaction buffer's state at a position, versioned and checksummed.
+
+Resume rule: a snapshot taken at ``position`` (the buffer's last confirmed entry then)
+holds the exact buffer state after applying every entry up to and including
+``position``; recovery restores it and replays the entries strictly *after* it.
+
+Large aborted sets are split: aborted transactions (in ABORT-marker order, an append-only
+sequence) are sealed into immutable segments of :data:`SEGMENT_SIZE`; a snapshot stores
+only the index of sealed segments plus the unsealed tail, so a periodic snapshot writes
+O(segment size + segments) bytes however many aborted transactions are retained.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
+from txn_buffer import AbortedTxn, OpenTxn
+
+FORMAT_VERSION = 1
+SEGMENT_SIZE = 1024
+
+
+def _pos(position: Position | None) -> list[int] | None:
+    return None if position is None else [position.ledger_id, position.entry_id]
+
+
+def _unpos(value: list[int] | None) -> Position | None:
+    return None if value is None else Position(value[0], value[1])
+
+
+def _req(value: list[int] | None) -> Position:
+    if value is None:
+        raise SnapshotError("a required position is missing")
+    return Position(value[0], value[1])
+
+
+def encode_aborted(aborted: AbortedTxn) -> list[Any]:
+    """One aborted transaction as a compact list."""
+    return [
+        aborted.txn_id.seq,
+        _pos(aborted.first),
+        _pos(aborted.last),
+        _pos(aborted.marker),
+        _pos(aborted.stable),
+    ]
+
+
+def decode_aborted(item: list[Any]) -> AbortedTxn:
+    """Inverse of :func:`encode_aborted`."""
+    seq, first, last, marker, stable = item
+    return AbortedTxn(TxnId(seq), _req(first), _req(last), _req(marker), _unpos(stable))
+
+
+def seal(body: Any) -> bytes:
+    """Wrap a msgpack-able body with the format version and a CRC32."""
+    payload = pack(body)
+    return pack([FORMAT_VERSION, zlib.crc32(payload), payload])
+
+
+def unseal(data: bytes) -> Any:
+    """Check version and checksum; raises :class:`SnapshotError` on any damage."""
+    try:
+        version, crc, payload = unpack(data)
+    except Exception as exc:
+        raise SnapshotError(f"damaged snapshot record: {exc}") from exc
+    if version != FORMAT_VERSION:
+        raise IncompatibleSnapshotError(f"snapshot format {version!r} is not {FORMAT_VERSION}")
+    if not isinstance(payload, bytes) or zlib.crc32(payload) != crc:
+        raise SnapshotError("snapshot checksum mismatch")
+    try:
+        return unpack(payload)
+    except Exception as exc:
+        raise SnapshotError(f"damaged snapshot body: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """A sealed segment of aborted transactions, as named by a snapshot's index."""
+
+    segment_id: int
+    count: int
+    crc: int
+    last_marker: Position
+    max_last: Position
+    """The newest data position in the segment: once retention passes it, drop it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TxnBufferSnapshot:
+    """A transaction buffer's state after applying every entry up to ``position``."""
+
+    format_version: int
+    position: Position | None
+    max_read_position: Position | None
+    ongoing: dict[TxnId, OpenTxn]
+    segments: list[SegmentRef]
+    tail: list[AbortedTxn]
+
+    def encode(self) -> bytes:
+        """Durable form, with version and checksum."""
+        return seal(
+            [
+                _pos(self.position),
+                _pos(self.max_read_position),
+                [
+                    [t.seq, _pos(o.first), _pos(o.before_first), _pos(o.last)]
+                    for t, o in self.ongoing.items()
+                ],
+                [
+                    [s.segment_id, s.count, s.crc, _pos(s.last_marker), _pos(s.max_last)]
+                    for s in self.segments
+                ],
+                [encode_aborted(a) for a in self.tail],
+            ]
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> TxnBufferSnapshot:
+        """Inverse of :meth:`encode`; raises :class:`SnapshotError` if damaged."""
+        body = unseal(data)
+        try:
+            position, max_read, ongoing, segments, tail = body
+            open_txns: dict[TxnId, OpenTxn] = {}
+            for seq, first, before, last in ongoing:
+                open_txns[TxnId(seq)] = OpenTxn(_req(first), _unpos(before), _req(last))
+            refs = [
+                SegmentRef(segment_id, count, crc, _req(last_marker), _req(max_last))
+                for segment_id, count, crc, last_marker, max_last in segments
+            ]
+            return cls(
+                FORMAT_VERSION,
+                _unpos(position),
+                _unpos(max_read),
+                open_txns,
+                refs,
+                [decode_aborted(item) for item in tail],
+            )
+        except (TypeError, ValueError, IndexError) as exc:
+            raise SnapshotError(f"malformed snapshot: {exc}") from exc

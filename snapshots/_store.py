@@ -1,0 +1,150 @@
+"""Taking snapshots: when (policy), what (sealed segments + tail + index), and bookkeeping.
+
+Policy (cf. Pulsar's snapshot change counter): a topic is snapshotted after
+``every`` markers applied since its last snapshot, or ``interval`` seconds after it when
+anything was appended since; an idle topic writes nothing. A snapshot row is written in a
+batch after every entry it covers is durable, so it never describes a non-durable entry.
+The two newest snapshots are kept so a damaged one falls back to the previous.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from ledger import Position, WriteBatch, now_ms
+from txn_buffer import AbortedTxn, Topic
+
+from ._model import (
+    FORMAT_VERSION,
+    SEGMENT_SIZE,
+    SegmentRef,
+    TxnBufferSnapshot,
+    encode_aborted,
+    seal,
+)
+from ._replay import RecoveryInfo
+
+_KEEP = 2
+
+
+@dataclass(slots=True)
+class SnapshotState:
+    """Per-topic snapshot bookkeeping."""
+
+    next_snapshot_id: int = 0
+    next_segment_id: int = 0
+    segments: list[SegmentRef] = field(default_factory=list)
+    position: Position | None = None
+    taken_ms: int | None = None
+    size: int = 0
+    markers_at_snapshot: int = 0
+    taken_monotonic: float = field(default_factory=time.monotonic)
+    purge_segments_below: int | None = None
+    recovery: RecoveryInfo | None = None
+    has_snapshot: bool = False
+
+    @property
+    def sealed_upto(self) -> Position | None:
+        """The ABORT marker of the newest sealed aborted transaction."""
+        return self.segments[-1].last_marker if self.segments else None
+
+
+def is_due(state: SnapshotState, topic: Topic, *, every: int, interval: float) -> bool:
+    """Whether the policy asks for a snapshot of ``topic`` now."""
+    if topic.buffer.last_confirmed == state.position:
+        return False  # nothing appended since: an idle topic writes none
+    if topic.markers_applied - state.markers_at_snapshot >= every:
+        return True
+    return time.monotonic() - state.taken_monotonic >= interval
+
+
+def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> int:
+    """Add a snapshot of ``topic``'s buffer (and any newly sealed segments) to ``batch``.
+
+    Returns the snapshot's size in bytes (new segments included).
+    """
+    buffer = topic.buffer
+    first_retained = topic.ledger.first_position()
+    written = 0
+    if state.purge_segments_below is not None:
+        batch.add(
+            "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id < ?",
+            (topic.topic_id, state.purge_segments_below),
+        )
+        state.purge_segments_below = None
+    if first_retained is not None:
+        expired = [s for s in state.segments if s.max_last < first_retained]
+        if expired:
+            state.segments = [s for s in state.segments if s.max_last >= first_retained]
+            batch.add_many(
+                "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
+                [(topic.topic_id, s.segment_id) for s in expired],
+            )
+    sealed_upto = state.sealed_upto
+    aborted = buffer.aborted_by_marker
+    if sealed_upto is None:
+        tail: list[AbortedTxn] = list(aborted)
+    else:
+        tail = list(aborted.irange_key(min_key=sealed_upto, inclusive=(False, True)))
+    while len(tail) >= SEGMENT_SIZE:
+        chunk, tail = tail[:SEGMENT_SIZE], tail[SEGMENT_SIZE:]
+        data = seal([encode_aborted(a) for a in chunk])
+        ref = SegmentRef(
+            state.next_segment_id,
+            len(chunk),
+            zlib.crc32(data),
+            chunk[-1].marker,
+            max(a.last for a in chunk),
+        )
+        state.next_segment_id += 1
+        batch.add(
+            "INSERT OR REPLACE INTO snapshot_segments (topic_id, segment_id, data)"
+            " VALUES (?, ?, ?)",
+            (topic.topic_id, ref.segment_id, data),
+        )
+        state.segments.append(ref)
+        written += len(data)
+    snapshot = TxnBufferSnapshot(
+        FORMAT_VERSION,
+        buffer.last_confirmed,
+        buffer.max_read_position,
+        buffer.ongoing_txns,
+        list(state.segments),
+        tail,
+    )
+    data = snapshot.encode()
+    written += len(data)
+    snapshot_id = state.next_snapshot_id
+    state.next_snapshot_id += 1
+    position = snapshot.position
+    taken = now_ms()
+    batch.add(
+        "INSERT OR REPLACE INTO snapshots (topic_id, snapshot_id, ledger_id, entry_id, taken_ms,"
+        " data) VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            topic.topic_id,
+            snapshot_id,
+            -1 if position is None else position.ledger_id,
+            -1 if position is None else position.entry_id,
+            taken,
+            data,
+        ),
+    )
+    batch.add(
+        "DELETE FROM snapshots WHERE topic_id = ? AND snapshot_id <= ?",
+        (topic.topic_id, snapshot_id - _KEEP),
+    )
+    markers = topic.markers_applied
+    state.position = position  # claimed now so the policy does not ask twice
+
+    def durable() -> None:
+        state.taken_ms = taken
+        state.size = len(data)
+        state.markers_at_snapshot = markers
+        state.taken_monotonic = time.monotonic()
+        state.has_snapshot = True
+
+    batch.on_durable(durable)
+    return written

@@ -1,0 +1,175 @@
+"""Fixtures for the HTTP and CLI tests: real servers on free loopback ports.
+
+- ``live_server``: one uvicorn server per test session, run by ``api._cli._make_server``
+  (the same lifespan as ``txnstream serve``) in a background thread with its own event
+  loop and a fresh data directory. Tests isolate themselves with unique topic names.
+- ``ServeProcess``: a real ``python -m api serve`` subprocess, for restart and SIGTERM
+  tests that need their own data directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api._cli import _make_server
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll ``condition()`` until true, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/v1/health", timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@dataclass
+class LiveServer:
+    """A server running in this process; ``url`` is its base URL."""
+
+    url: str
+    data: Path
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    data = tmp_path_factory.mktemp("live-data")
+    port = free_port()
+    server = _make_server(data, "127.0.0.1", port, log_level="warning")
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
+    assert server.started, "the live server failed to start"
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", data)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=40)
+        assert not thread.is_alive(), "the live server did not stop"
+
+
+@pytest.fixture
+def base_url(live_server: LiveServer) -> str:
+    return live_server.url
+
+
+@pytest.fixture
+async def client(base_url: str) -> Any:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
+        yield http
+
+
+@pytest.fixture
+def name() -> str:
+    """A fresh topic/subscription name prefix for one test."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+class ServeProcess:
+    """``python -m api serve`` as a subprocess on a free port over ``data``."""
+
+    def __init__(self, data: Path, log: Path) -> None:
+        self.data = data
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServeProcess:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "api",
+                    "serve",
+                    "--data",
+                    str(self.data),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "info",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        proc = self.proc
+        wait_until(
+            lambda: proc.poll() is not None or _healthy(self.url), 30, "the server to be healthy"
+        )
+        assert proc.poll() is None, f"server exited early:\n{self.log()}"
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 40) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"server ignored SIGTERM:\n{self.log()}") from None
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(AssertionError):
+                self.terminate()
+
+
+@pytest.fixture
+def serve_process(tmp_path: Path) -> Any:
+    """Factory: ``serve_process(data_dir)`` -> an unstarted :class:`ServeProcess`."""
+    made: list[ServeProcess] = []
+
+    def make(data: Path | None = None) -> ServeProcess:
+        proc = ServeProcess(data or tmp_path / "data", tmp_path / f"server-{len(made)}.log")
+        made.append(proc)
+        return proc
+
+    yield make
+    for proc in made:
+        proc.__exit__(None, None, None)

@@ -1,0 +1,137 @@
+"""The ``txnstream`` command end to end: subprocesses against the live server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli(base_url: str) -> Any:
+    """Run ``python -m api ARGS`` with TXNSTREAM_URL pointing at the live server."""
+
+    def run(
+        *args: str, stdin: str | None = None, ok: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "TXNSTREAM_URL": base_url, "PYTHONPATH": str(REPO)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "api", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+        if ok:
+            assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    return run
+
+
+def test_topics_commands(cli: Any, name: str) -> None:
+    assert cli("topics", "create", name).stdout.strip() == f"created topic {name}"
+    assert cli("topics", "create", name).stdout.strip() == f"topic {name} already exists"
+    assert name in cli("topics", "list").stdout.split()
+    listed = json.loads(cli("topics", "list", "--json").stdout)
+    assert name in listed["topics"]
+    human = cli("topics", "stats", name).stdout
+    assert f"topic: {name}" in human
+    assert "open_txns: 0" in human
+    stats = json.loads(cli("topics", "stats", name, "--json").stdout)
+    assert stats["topic"] == name
+    assert cli("topics", "delete", name).stdout.strip() == f"deleted topic {name}"
+    failed = cli("topics", "delete", name, ok=False)
+    assert failed.returncode == 1
+    assert "not_found" in failed.stderr
+    assert "HTTP 404" in failed.stderr
+
+
+def test_produce_and_consume(cli: Any, name: str) -> None:
+    cli("topics", "create", name)
+    out = cli("produce", name, '{"order": 1}', "plain text", "42", "--key", "k1").stdout
+    positions = out.split()
+    assert len(positions) == 3
+    produced = json.loads(cli("produce", name, "--json", stdin="line one\n[1, 2]\n\nNaN\n").stdout)
+    assert len(produced["positions"]) == 3
+    assert produced["duplicate"] is False
+
+    lines = cli("consume", name, "s", "--json", "--max", "10").stdout.splitlines()
+    messages = [json.loads(line) for line in lines]
+    assert [m["value"] for m in messages] == [
+        {"order": 1},
+        "plain text",
+        42,
+        "line one",
+        [1, 2],
+        "NaN",
+    ]
+    assert messages[0]["key"] == "k1"
+    # They were acknowledged: nothing left.
+    assert cli("consume", name, "s", "--wait-ms", "0").stdout == ""
+
+
+def test_consume_human_no_ack_and_follow(cli: Any, name: str) -> None:
+    cli("topics", "create", name)
+    cli("produce", name, "a", "b")
+    human = cli("consume", name, "s", "--type", "shared", "--no-ack").stdout.splitlines()
+    assert len(human) == 2
+    position, key, value = human[0].split("\t")
+    assert (key, value) == ("-", '"a"')
+    assert ":" in position
+    # --follow stops after --max messages; the unacknowledged ones come back after a nack
+    # (here: seek to earliest, as a person would).
+    followed = cli("consume", name, "f", "--follow", "--max", "2", "--json").stdout
+    assert [json.loads(line)["value"] for line in followed.splitlines()] == ["a", "b"]
+
+
+def test_subscription_type_conflict_is_reported(cli: Any, name: str) -> None:
+    cli("topics", "create", name)
+    cli("consume", name, "s", "--type", "shared", "--wait-ms", "0")
+    failed = cli("consume", name, "s", "--type", "exclusive", ok=False)
+    assert failed.returncode == 1
+    assert "conflict" in failed.stderr
+
+
+def test_transaction_commands(cli: Any, name: str) -> None:
+    cli("topics", "create", name)
+    txn = cli("txn", "begin", "--label", f"{name}:1", "--timeout-ms", "60000").stdout.strip()
+    assert txn
+    cli("produce", name, "inside", "--txn", txn)
+    shown = cli("txn", "show", txn).stdout
+    assert "state: open" in shown
+    assert f"topics: {name}" in shown
+    assert cli("consume", name, "s", "--wait-ms", "0").stdout == ""
+    assert cli("txn", "commit", txn).stdout.strip() == f"committed {txn}"
+    assert '"inside"' in cli("consume", name, "s", "--wait-ms", "0").stdout
+    listed = json.loads(cli("txn", "list", "--label-prefix", f"{name}:", "--json").stdout)
+    assert [t["txn"] for t in listed["transactions"]] == [txn]
+
+    other = json.loads(cli("txn", "begin", "--json").stdout)
+    assert other["state"] == "open"
+    assert cli("txn", "abort", other["txn"]).stdout.strip() == f"aborted {other['txn']}"
+    failed = cli("txn", "commit", other["txn"], ok=False)
+    assert failed.returncode == 1
+    assert "txn_not_open" in failed.stderr
+
+
+def test_client_errors(cli: Any, base_url: str) -> None:
+    bad = cli("topics", "create", "__system", ok=False)
+    assert bad.returncode == 1
+    assert "invalid_request" in bad.stderr
+    unreachable = cli("topics", "list", "--url", "http://127.0.0.1:9", ok=False)
+    assert unreachable.returncode == 1
+    assert "cannot reach the server" in unreachable.stderr
+    assert cli("--help").stdout.count("serve") >= 1
+    usage = cli("produce", ok=False)
+    assert usage.returncode == 2

@@ -1,0 +1,105 @@
+"""``create_app`` in process (httpx ASGITransport, no lifespan) over an open engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api import Engine, EngineConfig
+from api._http import ERROR_TABLE, Drain, create_app, lookup_error
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> Any:
+    async with Engine.open(tmp_path / "data", config=EngineConfig(max_request_bytes=4096)) as eng:
+        yield eng
+
+
+@pytest.fixture
+def drain() -> Drain:
+    return Drain()
+
+
+@pytest.fixture
+async def client(engine: Any, drain: Drain) -> Any:
+    app = create_app(engine, drain=drain)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://txnstream") as http:
+        yield http
+
+
+def test_error_table_walks_the_mro() -> None:
+    from api import (
+        AckConflictError,
+        ConsumerBusyError,
+        CorruptEntryError,
+        SubscriptionNotFoundError,
+        TopicNotFoundError,
+        TxnNotFoundError,
+    )
+
+    assert lookup_error(TopicNotFoundError("x")) == (404, "not_found")
+    assert lookup_error(SubscriptionNotFoundError("x")) == (404, "not_found")
+    assert lookup_error(TxnNotFoundError("x")) == (404, "not_found")
+    assert lookup_error(ConsumerBusyError("x")) == (409, "conflict")
+    assert lookup_error(AckConflictError("x")) == (409, "conflict")
+    assert lookup_error(CorruptEntryError("x")) is None  # -> 500 internal
+    assert lookup_error(ValueError("x")) is None
+    assert len(ERROR_TABLE) >= 8
+
+
+async def test_configured_request_limit(client: httpx.AsyncClient) -> None:
+    assert (await client.put("/v1/topics/t")).status_code == 201
+    body = {"messages": [{"value": "x" * 5000}]}
+    r = await client.post("/v1/topics/t/messages", json=body)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "too_large"
+    r = await client.post("/v1/topics/t/messages", json={"messages": [{"value": "x" * 100}]})
+    assert r.status_code == 200
+
+
+async def test_drain_ends_pending_long_polls(
+    client: httpx.AsyncClient, engine: Any, drain: Drain
+) -> None:
+    await client.put("/v1/topics/t")
+    await client.put("/v1/topics/t/subscriptions/s")
+    started = time.monotonic()
+    poll = asyncio.create_task(
+        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": 20000})
+    )
+    deadline = time.monotonic() + 5
+    while not (await engine.stats("t"))["subscriptions"]["s"]["consumers"]:
+        assert time.monotonic() < deadline, "the long poll never attached"
+        await asyncio.sleep(0.01)
+    drain.start()
+    r = await asyncio.wait_for(poll, timeout=5)
+    assert r.status_code == 200
+    assert r.json() == {"messages": []}
+    assert time.monotonic() - started < 5
+    # Once draining, later polls do not wait either.
+    r = await asyncio.wait_for(
+        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": 20000}), 5
+    )
+    assert r.json() == {"messages": []}
+
+
+async def test_long_poll_during_subscription_delete_is_not_503(
+    client: httpx.AsyncClient, engine: Any
+) -> None:
+    await client.put("/v1/topics/t")
+    await client.put("/v1/topics/t/subscriptions/s")
+    poll = asyncio.create_task(
+        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": 5000})
+    )
+    deadline = time.monotonic() + 5
+    while not (await engine.stats("t"))["subscriptions"]["s"]["consumers"]:
+        assert time.monotonic() < deadline, "the long poll never attached"
+        await asyncio.sleep(0.01)
+    assert (await client.delete("/v1/topics/t/subscriptions/s")).status_code == 200
+    r = await asyncio.wait_for(poll, timeout=10)
+    assert r.status_code in (200, 404), r.text
