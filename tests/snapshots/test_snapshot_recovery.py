@@ -1,0 +1,229 @@
+"""Snapshots: recovery equivalence with sealed segments, damaged snapshots, policy, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import snapshots._store as snapshot_store
+from api import Engine, EngineConfig, Position
+from api._engine import DB_FILE
+from snapshots import full_replay
+from txn_buffer import TxnBuffer
+
+QUIET = EngineConfig(ledger_max_entries=10, snapshot_interval=3600.0)
+
+
+def _state(buffer: TxnBuffer) -> tuple[object, ...]:
+    return (
+        buffer.last_confirmed,
+        buffer.max_read_position,
+        {t: (o.first, o.before_first, o.last) for t, o in buffer.ongoing_txns.items()},
+        {t: (a.first, a.last, a.marker) for t, a in buffer.aborted_txns.items()},
+    )
+
+
+async def _history(engine: Engine, rounds: int) -> list[str]:
+    """Commits, aborts and plain sends; leaves one transaction open. Returns its id."""
+    await engine.create_topic("t")
+    for i in range(rounds):
+        txn = await engine.begin()
+        await txn.send("t", i)
+        await engine.send("t", f"plain-{i}")
+        await (txn.commit() if i % 3 == 0 else txn.abort())
+    still_open = await engine.begin(timeout=600)
+    await still_open.send("t", "open")
+    await engine.send("t", "after-open")
+    return [still_open.id]
+
+
+async def _assert_equivalent(engine: Engine, topic: str = "t") -> None:
+    owner = engine._topics[topic]
+    replayed, _ = await full_replay(owner.ledger)
+    assert _state(owner.buffer) == _state(replayed)
+
+
+async def test_recovery_from_sealed_segments_equals_full_replay(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
+    async with Engine.open(data_dir, QUIET) as engine:
+        await _history(engine, 30)
+        first = await engine.take_snapshot("t")
+        assert first["segments"] == 5  # 20 aborted transactions in sealed segments of 4
+        assert first["aborted_txns"] == 20
+        txn = await engine.begin()
+        await txn.send("t", "late")
+        await txn.abort()
+        second = await engine.take_snapshot("t")
+        # only the unsealed tail and the index are written again, not every aborted id
+        assert second["bytes_written"] < first["bytes_written"] / 2
+    async with Engine.open(data_dir, QUIET) as engine:
+        stats = await engine.stats("t")
+        assert stats["recovery"]["from_snapshot"] is True
+        assert stats["recovery"]["entries_replayed"] == 0
+        assert stats["aborted_txns"] == 21
+        assert stats["open_txns"] == 1
+        await _assert_equivalent(engine)
+
+
+async def test_tail_after_the_snapshot_is_replayed(data_dir: Path) -> None:
+    async with Engine.open(data_dir, QUIET) as engine:
+        await _history(engine, 6)
+        await engine.take_snapshot("t")
+        for i in range(4):
+            txn = await engine.begin()
+            await txn.send("t", f"tail-{i}")
+            await txn.abort()
+    async with Engine.open(data_dir, QUIET) as engine:
+        stats = await engine.stats("t")
+        assert stats["recovery"]["from_snapshot"] is True
+        assert stats["recovery"]["entries_replayed"] == 8
+        await _assert_equivalent(engine)
+
+
+def _corrupt(data_dir: Path, sql: str) -> None:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        assert conn.execute(sql).rowcount > 0
+
+
+@pytest.mark.parametrize(
+    ("damage", "from_snapshot"),
+    [
+        # newest snapshot damaged: the previous one is used, then a longer tail
+        (
+            "UPDATE snapshots SET data = CAST(substr(data, 1, 20) || x'00ff00ff' AS BLOB)"
+            " WHERE snapshot_id = (SELECT max(snapshot_id) FROM snapshots)",
+            True,
+        ),
+        # every snapshot damaged: full replay
+        ("UPDATE snapshots SET data = x'c1'", False),
+        # a sealed segment both snapshots need is damaged: full replay
+        ("UPDATE snapshot_segments SET data = x'00' WHERE segment_id = 0", False),
+        ("DELETE FROM snapshot_segments", False),
+    ],
+)
+async def test_damaged_snapshot_falls_back_and_state_is_still_right(
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    damage: str,
+    from_snapshot: bool,
+) -> None:
+    monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
+    async with Engine.open(data_dir, QUIET) as engine:
+        await _history(engine, 15)
+        await engine.take_snapshot("t")
+        await engine.send("t", "between")
+        await engine.take_snapshot("t")
+        expected = _state(engine._topics["t"].buffer)
+    _corrupt(data_dir, damage)
+    with caplog.at_level(logging.WARNING, logger="txnstream.snapshots"):
+        async with Engine.open(data_dir, QUIET) as engine:
+            assert _state(engine._topics["t"].buffer) == expected
+            stats = await engine.stats("t")
+            assert stats["recovery"]["from_snapshot"] is from_snapshot
+            await _assert_equivalent(engine)
+            # the next snapshot is usable again
+            await engine.take_snapshot("t")
+    assert any("snapshot" in r.getMessage() for r in caplog.records)
+    async with Engine.open(data_dir, QUIET) as engine:
+        assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
+        assert _state(engine._topics["t"].buffer) == expected
+
+
+async def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll a condition the engine exposes no event for, with a bounded deadline."""
+    async with asyncio.timeout(timeout):
+        while not await predicate():  # noqa: ASYNC110 - bounded condition poll in a test
+            await asyncio.sleep(0.02)
+
+
+async def test_policy_snapshots_after_n_markers_and_idle_topic_writes_none(data_dir: Path) -> None:
+    config = EngineConfig(snapshot_every=3, snapshot_interval=3600.0)
+    async with Engine.open(data_dir, config) as engine:
+        await engine.create_topic("t")
+        await engine.create_topic("idle")
+        for i in range(3):
+            async with engine.transaction() as txn:
+                await txn.send("t", i)
+
+        async def taken() -> bool:
+            return (await engine.stats("t"))["snapshot"] is not None
+
+        await _wait_for(taken)
+        snapshot = (await engine.stats("t"))["snapshot"]
+        assert snapshot["position"] == (await engine.stats("t"))["last_confirmed"]
+        assert (await engine.stats("idle"))["snapshot"] is None
+
+
+async def test_interval_policy_snapshots_a_changed_topic(data_dir: Path) -> None:
+    config = EngineConfig(snapshot_every=1000, snapshot_interval=0.2)
+    async with Engine.open(data_dir, config) as engine:
+        await engine.create_topic("t")
+        await engine.send("t", 1)
+
+        async def taken() -> bool:
+            return (await engine.stats("t"))["snapshot"] is not None
+
+        await _wait_for(taken)
+
+
+async def test_retention_deletes_acknowledged_ledgers_and_prunes_aborted_state(
+    data_dir: Path,
+) -> None:
+    config = EngineConfig(ledger_max_entries=4, snapshot_interval=3600.0)
+    async with Engine.open(data_dir, config) as engine:
+        await engine.create_topic("t")
+        sub = await engine.subscribe("t", "s")
+        for i in range(10):
+            txn = await engine.begin()
+            await txn.send("t", i)
+            await (txn.abort() if i % 2 else txn.commit())
+        await engine.set_retention("t", max_bytes=0)
+        before = await engine.stats("t")
+        assert before["aborted_txns"] == 5
+        # nothing acknowledged yet: retention keeps everything
+        assert await engine.apply_retention("t") == 0
+        got = []
+        while batch := await sub.receive(max=100, timeout=0):
+            got.extend(batch)
+            await sub.ack(batch[-1].position, cumulative=True)
+        assert [m.value for m in got] == [0, 2, 4, 6, 8]
+        removed = await engine.apply_retention("t")
+        after = await engine.stats("t")
+        assert removed == before["ledgers"] - 1
+        assert after["ledgers"] == 1
+        assert after["entries"] < before["entries"]
+        assert after["aborted_txns"] == 1  # only the abort in the open ledger remains
+        assert after["subscriptions"]["s"]["backlog"] == 0
+        with sqlite3.connect(data_dir / DB_FILE) as conn:
+            assert conn.execute("SELECT count(*) FROM aborted_txns").fetchone()[0] == 1
+        await engine.send("t", "new")
+        assert [m.value for m in await sub.receive(max=10, timeout=1)] == ["new"]
+    async with Engine.open(data_dir, config) as engine:
+        await _assert_equivalent(engine)
+        fetched = await engine.fetch("t")
+        assert fetched.entries[0].position > Position(0, 0)
+
+
+async def test_retention_never_deletes_above_the_stable_position(data_dir: Path) -> None:
+    config = EngineConfig(ledger_max_entries=2, snapshot_interval=3600.0)
+    async with Engine.open(data_dir, config) as engine:
+        await engine.create_topic("t")
+        await engine.send("t", "before")
+        txn = await engine.begin(timeout=600)
+        await txn.send("t", "open")
+        for i in range(6):
+            await engine.send("t", i)
+        await engine.set_retention("t", max_bytes=0, require_ack=False)
+        await engine.apply_retention("t")
+        await txn.commit()
+        sub = await engine.subscribe("t", "late")
+        values = [m.value for m in await sub.receive(max=100, timeout=0)]
+        assert "open" in values
+        assert values[-6:] == list(range(6))
