@@ -121,6 +121,8 @@ class Subscription:
             Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
         )
         self._pending: dict[Position, str] = {}  # delivered, unacknowledged -> consumer
+        self._pending_keys: dict[Position, str | None] = {}  # key_shared: their keys
+        self._key_holders: dict[str | None, str] = {}  # key_shared: key -> consumer, per pass
         self._replay: SortedSet = SortedSet()
         self._redelivery: dict[Position, int] = {}
         self._txn_acks: dict[Position, TxnId] = {}
@@ -189,8 +191,13 @@ class Subscription:
             names = sorted(self.consumers)
             if not names:
                 return None
-            digest = zlib.crc32((entry.key or "").encode())
-            return names[digest % len(names)]
+            target = names[zlib.crc32((entry.key or "").encode()) % len(names)]
+            holder = self._key_holders.get(entry.key)
+            if holder is not None and holder != target:
+                # The key's earlier messages are unacknowledged at another consumer (the
+                # consumer set changed): hold this one back so the key keeps its order.
+                return None
+            return target
         return next(iter(self.consumers), None)  # exclusive, or failover's active consumer
 
     # -- delivery ------------------------------------------------------------------
@@ -204,7 +211,7 @@ class Subscription:
             self._check_usable()
             async with self._lock:
                 messages = await self._collect(consumer, max_messages)
-            if messages:
+            if messages or consumer not in self.consumers:
                 return messages
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -250,10 +257,23 @@ class Subscription:
             self._redelivery.get(entry.position, 0),
         )
 
+    def _deliver(self, entry: Entry, consumer: str) -> Message:
+        self._pending[entry.position] = consumer
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._pending_keys[entry.position] = entry.key
+            self._key_holders[entry.key] = consumer
+        return self._message(entry)
+
     async def _collect(self, consumer: str, max_messages: int) -> list[Message]:
+        if consumer not in self.consumers:
+            return []  # detached (closed) while waiting
         ordered = self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
         if ordered and next(iter(self.consumers), None) != consumer:
             return []  # only the exclusive or active failover consumer receives
+        if self.type is SubscriptionType.KEY_SHARED:
+            pending = self._pending
+            self._pending_keys = {p: k for p, k in self._pending_keys.items() if p in pending}
+            self._key_holders = {self._pending_keys.get(p): c for p, c in pending.items()}
         out: list[Message] = []
         ledger = self.topic.ledger
         cursor = self.cursor
@@ -272,8 +292,7 @@ class Subscription:
                         continue
                     if len(out) < max_messages and self._target(entry, consumer) == consumer:
                         self._replay.discard(position)
-                        self._pending[position] = consumer
-                        out.append(self._message(entry))
+                        out.append(self._deliver(entry, consumer))
         scanned = 0
         while len(out) < max_messages:
             limit = self.read_limit
@@ -301,8 +320,7 @@ class Subscription:
                     self._replay.add(position)  # deliverable again if that transaction aborts
                     continue
                 if len(out) < max_messages and self._target(entry, consumer) == consumer:
-                    self._pending[position] = consumer
-                    out.append(self._message(entry))
+                    out.append(self._deliver(entry, consumer))
                 else:
                     self._replay.add(position)
         return out
@@ -419,8 +437,10 @@ class Subscription:
             start = position
             mark_delete = ledger.previous(position)
             last = buffer.last_confirmed
-            if mark_delete is not None and last is not None and mark_delete > last:
+            if mark_delete is not None and last is not None and mark_delete >= last:
+                # at or past the end: new entries will come after ``last``, not at ``position``
                 mark_delete = last
+                start = Position(last.ledger_id, last.entry_id + 1)
         self.cursor.reset(mark_delete)
         self._pending.clear()
         self._replay.clear()
