@@ -26,10 +26,6 @@ class Cursor:
         md = self.mark_delete
         return (md is not None and position <= md) or position in self.acked
 
-    def is_acked_through(self, position: Position) -> bool:
-        """True if everything at or below ``position`` is acknowledged."""
-        return self.mark_delete is not None and position <= self.mark_delete
-
     def ack(self, position: Position, ledger: ManagedLedger) -> None:
         """Acknowledge one position and advance the mark-delete position if it can."""
         if not self.is_acked(position):
