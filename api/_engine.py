@@ -184,6 +184,7 @@ class Engine:
         self._tasks: set[asyncio.Task[None]] = set()
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
+        self._messages_in: dict[str, Any] = {}  # per-topic counter children, looked up once
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -748,7 +749,10 @@ class Engine:
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
         done = self.store.submit(batch, wait=wait)
-        self.metrics.messages_in.labels(topic_name).inc(len(positions))
+        counter = self._messages_in.get(topic_name)
+        if counter is None:
+            counter = self._messages_in[topic_name] = self.metrics.messages_in.labels(topic_name)
+        counter.inc(len(positions))
         return positions, done
 
     def _check_txn(self, txn: TxnId | str) -> TxnRecord:

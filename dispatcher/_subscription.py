@@ -121,8 +121,11 @@ class Subscription:
             Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
         )
         self._pending: dict[Position, str] = {}  # delivered, unacknowledged -> consumer
-        self._pending_keys: dict[Position, str | None] = {}  # key_shared: their keys
-        self._key_holders: dict[str | None, str] = {}  # key_shared: key -> consumer, per pass
+        # key_shared only: keys of pending and replay positions, and per receive pass the
+        # consumer holding each key's unacknowledged messages and the keys waiting in replay.
+        self._keys: dict[Position, str | None] = {}
+        self._key_holders: dict[str | None, str] = {}
+        self._held_keys: set[str | None] = set()
         self._replay: SortedSet = SortedSet()
         self._redelivery: dict[Position, int] = {}
         self._txn_acks: dict[Position, TxnId] = {}
@@ -260,9 +263,45 @@ class Subscription:
     def _deliver(self, entry: Entry, consumer: str) -> Message:
         self._pending[entry.position] = consumer
         if self.type is SubscriptionType.KEY_SHARED:
-            self._pending_keys[entry.position] = entry.key
+            self._keys[entry.position] = entry.key
             self._key_holders[entry.key] = consumer
         return self._message(entry)
+
+    def _hold(self, entry: Entry) -> None:
+        """Keep a read entry for later delivery (by position; its key is remembered)."""
+        self._replay.add(entry.position)
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._keys[entry.position] = entry.key
+            self._held_keys.add(entry.key)
+
+    def _replay_candidates(self, consumer: str, max_messages: int) -> list[Position]:
+        """Replay positions to try for ``consumer``, oldest first.
+
+        For key_shared, a key whose oldest replay entry cannot go to ``consumer`` blocks
+        its later entries too, so a key never overtakes itself.
+        """
+        candidates = [p for p in self._replay if not self._txn_pending(p)]
+        if self.type is not SubscriptionType.KEY_SHARED:
+            return candidates[: max(max_messages * 4, 64)]
+        names = sorted(self.consumers)
+        chosen: list[Position] = []
+        blocked: set[str | None] = set()
+        for position in candidates:
+            if position not in self._keys:
+                chosen.append(position)  # key unknown (after a restart): read it to decide
+            else:
+                key = self._keys[position]
+                if key in blocked:
+                    continue
+                target = names[zlib.crc32((key or "").encode()) % len(names)] if names else None
+                holder = self._key_holders.get(key)
+                if target != consumer or (holder is not None and holder != target):
+                    blocked.add(key)
+                    continue
+                chosen.append(position)
+            if len(chosen) >= max_messages:
+                break
+        return chosen
 
     async def _collect(self, consumer: str, max_messages: int) -> list[Message]:
         if consumer not in self.consumers:
@@ -271,18 +310,19 @@ class Subscription:
         if ordered and next(iter(self.consumers), None) != consumer:
             return []  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
-            pending = self._pending
-            self._pending_keys = {p: k for p, k in self._pending_keys.items() if p in pending}
-            self._key_holders = {self._pending_keys.get(p): c for p, c in pending.items()}
+            live = self._pending.keys() | self._replay
+            self._keys = {p: k for p, k in self._keys.items() if p in live}
+            self._key_holders = {self._keys.get(p): c for p, c in self._pending.items()}
+            self._held_keys = {self._keys.get(p) for p in self._replay}
         out: list[Message] = []
         ledger = self.topic.ledger
         cursor = self.cursor
         if self._replay:
-            candidates = [p for p in self._replay if not self._txn_pending(p)]
+            candidates = self._replay_candidates(consumer, max_messages)
             if candidates:
-                entries = await ledger.read_positions(candidates[: max(max_messages * 4, 64)])
+                entries = await ledger.read_positions(candidates)
                 found = {e.position for e in entries}
-                for position in candidates[: max(max_messages * 4, 64)]:
+                for position in candidates:
                     if position not in found:  # trimmed by retention
                         self._replay.discard(position)
                 for entry in entries:
@@ -290,9 +330,12 @@ class Subscription:
                     if cursor.is_acked(position) or self._skip(entry):
                         self._replay.discard(position)
                         continue
+                    self._keys[position] = entry.key
                     if len(out) < max_messages and self._target(entry, consumer) == consumer:
                         self._replay.discard(position)
                         out.append(self._deliver(entry, consumer))
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._held_keys = {self._keys.get(p) for p in self._replay}
         scanned = 0
         while len(out) < max_messages:
             limit = self.read_limit
@@ -317,12 +360,17 @@ class Subscription:
                 if cursor.is_acked(position):
                     continue
                 if self._txn_pending(position):
-                    self._replay.add(position)  # deliverable again if that transaction aborts
+                    self._hold(entry)  # deliverable again if that transaction aborts
                     continue
-                if len(out) < max_messages and self._target(entry, consumer) == consumer:
+                held = self.type is SubscriptionType.KEY_SHARED and entry.key in self._held_keys
+                if (
+                    not held
+                    and len(out) < max_messages
+                    and self._target(entry, consumer) == consumer
+                ):
                     out.append(self._deliver(entry, consumer))
                 else:
-                    self._replay.add(position)
+                    self._hold(entry)
         return out
 
     # -- acknowledgement -----------------------------------------------------------

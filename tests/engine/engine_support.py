@@ -1,0 +1,56 @@
+"""Helpers shared by the engine tests: bounded waits and draining subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from api import Engine, Message, Position, SubscriptionHandle
+
+
+async def wait_until(
+    condition: Callable[[], Awaitable[bool]],
+    timeout: float,
+    what: str,
+    interval: float = 0.01,
+) -> float:
+    """Await ``condition()`` until true; fail after ``timeout`` s. Returns the time taken."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+    return time.monotonic() - started
+
+
+async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:
+    """Receive until a receive of ``idle`` seconds returns nothing (bounded by ``limit``)."""
+    out: list[Message] = []
+    deadline = time.monotonic() + limit
+    while True:
+        got = await sub.receive(max=1000, timeout=idle)
+        if not got:
+            return out
+        out.extend(got)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"subscription kept delivering for {limit}s")
+
+
+def values(messages: list[Message]) -> list[Any]:
+    return [m.value for m in messages]
+
+
+def positions(messages: list[Message]) -> list[Position]:
+    return [m.position for m in messages]
+
+
+async def txn_state(engine: Engine, txn_id: str) -> str:
+    return (await engine.get_transaction(txn_id)).state
+
+
+async def make_topics(engine: Engine, *names: str) -> None:
+    for name in names:
+        assert await engine.create_topic(name) is True
