@@ -243,6 +243,11 @@ class Engine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._store is not None and self._store.failure is None:
+            batch = WriteBatch()
+            self.coordinator.persist_open(batch)  # open transactions survive a clean close
+            if batch:
+                self._store.submit(batch, wait=False)
         for subscription in self._subscriptions.values():
             subscription.closed = True  # waiting receivers leave with ClosedError
         for topic in self._topics.values():

@@ -11,8 +11,13 @@ there or none of it is (the transaction is then still open and times out, or was
 durable at all). "Redo" after a crash is therefore only reconciling buffers that hold
 an open transaction the coordinator no longer has open (see ``Engine`` recovery).
 
-Transaction rows are written through the same ordered writer queue as data, so a
-transaction's row is durable no later than its first entry.
+Transaction rows are written through the same ordered writer queue as data, as one
+upsert of the whole row, the first time the transaction touches a topic or a
+subscription (in the same batch as that first entry or ack) and at its end, so a row is
+durable no later than anything the transaction wrote, and a short transaction costs two
+row writes that ride its own group commit. A transaction that wrote nothing yet has no
+row; a crash forgets it (nothing of it is durable), a clean ``close()`` writes it.
+Transaction ids come from blocks reserved in ``meta``, so none is ever reused.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ from ._topic import Topic
 log = logging.getLogger("txnstream.coordinator")
 
 _MAX_LABEL = 200
+_ID_BLOCK = 1000
+_UPSERT_TXN = (
+    "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
+    " fenced, topics, acks, created_ms, ended_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +94,7 @@ class TxnRecord:
     acks: list[PendingAck] = field(default_factory=list)
     ended_ms: int | None = None
     timed_out: bool = False
+    persisted: bool = False
 
     def info(self) -> TxnInfo:
         """The public view of this record."""
@@ -133,6 +144,7 @@ class Coordinator:
         self._txns: dict[int, TxnRecord] = {}
         self._holders: dict[str, TxnRecord] = {}
         self._next_seq = 0
+        self._reserved_upto = 0
         self._deadlines: list[tuple[int, int]] = []
         self._deadline_changed = asyncio.Event()
         self._finish_keys: set[str] = set()
@@ -144,7 +156,8 @@ class Coordinator:
     async def load(self) -> None:
         """Load the persisted counter, open and recently ended transactions, finish keys."""
         rows = await self._store.read("SELECT value FROM meta WHERE key = 'next_txn_seq'")
-        self._next_seq = int(rows[0][0]) if rows else 0
+        self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
+        self._reserved_upto = self._next_seq
         horizon = now_ms() - self.ended_retention_ms
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
@@ -177,6 +190,7 @@ class Coordinator:
                 dict.fromkeys(unpack(topics)),
                 [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)],
                 ended,
+                persisted=True,
             )
             self._txns[seq] = record
             if tid is not None and not record.fenced:
@@ -265,9 +279,16 @@ class Coordinator:
             previous = self._holders.get(transactional_id)
             if previous is not None:
                 previous.fenced = True
-                batch.add("UPDATE txns SET fenced = 1 WHERE seq = ?", (previous.txn_id.seq,))
                 if previous.state is TxnState.OPEN:
                     self._prepare_end(batch, previous, commit=False)
+                else:
+                    self.write_row(batch, previous)
+        if self._next_seq >= self._reserved_upto:
+            self._reserved_upto = self._next_seq + _ID_BLOCK
+            batch.add(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
+                (self._reserved_upto,),
+            )
         created = now_ms()
         timeout_ms = max(1, round(timeout * 1000))
         record = TxnRecord(
@@ -280,24 +301,8 @@ class Coordinator:
             created,
         )
         self._next_seq += 1
-        batch.add(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)", (self._next_seq,)
-        )
-        batch.add(
-            "INSERT INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
-            " fenced, topics, acks, created_ms) VALUES (?, 'open', ?, ?, ?, ?, 0, ?, ?, ?)",
-            (
-                record.txn_id.seq,
-                timeout_ms,
-                record.deadline_ms,
-                transactional_id,
-                label,
-                pack([]),
-                pack([]),
-                created,
-            ),
-        )
-        self._store.submit(batch, wait=False)
+        if batch:
+            self._store.submit(batch, wait=False)
         self._txns[record.txn_id.seq] = record
         if transactional_id is not None:
             self._holders[transactional_id] = record
@@ -316,30 +321,47 @@ class Coordinator:
             raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
         return record
 
-    def register_topic(self, batch: WriteBatch, record: TxnRecord, topic: str) -> None:
-        """Note that ``record`` touches ``topic`` (in ``batch``, before its data)."""
-        if topic not in record.topics:
-            record.topics[topic] = None
-            batch.add(
-                "UPDATE txns SET topics = ? WHERE seq = ?",
-                (pack(list(record.topics)), record.txn_id.seq),
-            )
-
-    def register_ack(self, batch: WriteBatch, record: TxnRecord, ack: PendingAck) -> None:
-        """Note a transactional ack to apply at commit (in ``batch``)."""
-        record.acks.append(ack)
+    def write_row(self, batch: WriteBatch, record: TxnRecord) -> None:
+        """Upsert ``record``'s whole row into ``batch``."""
+        record.persisted = True
         batch.add(
-            "UPDATE txns SET acks = ? WHERE seq = ?",
+            _UPSERT_TXN,
             (
+                record.txn_id.seq,
+                str(record.state),
+                record.timeout_ms,
+                record.deadline_ms,
+                record.transactional_id,
+                record.label,
+                int(record.fenced),
+                pack(list(record.topics)),
                 pack(
                     [
                         [a.topic, a.subscription, list(a.positions), a.cumulative]
                         for a in record.acks
                     ]
                 ),
-                record.txn_id.seq,
+                record.created_ms,
+                record.ended_ms,
             ),
         )
+
+    def persist_open(self, batch: WriteBatch) -> None:
+        """Write the rows of open transactions that have none yet (for a clean close)."""
+        for record in self._txns.values():
+            if record.state is TxnState.OPEN and not record.persisted:
+                self.write_row(batch, record)
+
+    def register_topic(self, batch: WriteBatch, record: TxnRecord, topic: str) -> None:
+        """Note that ``record`` touches ``topic`` (in ``batch``, before its data)."""
+        if topic not in record.topics or not record.persisted:
+            record.topics[topic] = None
+            self.write_row(batch, record)
+
+    def register_ack(self, batch: WriteBatch, record: TxnRecord, ack: PendingAck) -> None:
+        """Note a transactional ack to apply at commit (in ``batch``)."""
+        record.acks.append(ack)
+        self.write_row(batch, record)
 
     def forget(self, batch: WriteBatch, topic: str, subscription: str | None = None) -> None:
         """Drop a deleted topic (or one subscription's acks) from open transactions.
@@ -361,20 +383,8 @@ class Coordinator:
             if len(acks) != len(record.acks):
                 record.acks = acks
                 touched = True
-            if touched:
-                batch.add(
-                    "UPDATE txns SET topics = ?, acks = ? WHERE seq = ?",
-                    (
-                        pack(list(record.topics)),
-                        pack(
-                            [
-                                [a.topic, a.subscription, list(a.positions), a.cumulative]
-                                for a in record.acks
-                            ]
-                        ),
-                        record.txn_id.seq,
-                    ),
-                )
+            if touched and record.persisted:
+                self.write_row(batch, record)
 
     # -- ending --------------------------------------------------------------------
 
@@ -493,12 +503,10 @@ class Coordinator:
         )
         if not record.state.can_become(target):
             raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
-        record.state = target
         ended = now_ms()
-        batch.add(
-            "UPDATE txns SET state = ?, ended_ms = ? WHERE seq = ?",
-            (str(final), ended, record.txn_id.seq),
-        )
+        record.state, record.ended_ms = final, ended  # the row says final; memory catches up
+        self.write_row(batch, record)
+        record.state, record.ended_ms = target, None
         kind = EntryKind.COMMIT if commit else EntryKind.ABORT
         for name in record.topics:
             topic = self._resolve_topic(name)
