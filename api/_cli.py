@@ -47,7 +47,7 @@ txn_app = typer.Typer(help="Begin, commit, abort and inspect transactions.", no_
 app.add_typer(topics_app, name="topics")
 app.add_typer(txn_app, name="txn")
 
-_EXTENSIONS: tuple[str, ...] = ()
+_EXTENSIONS: tuple[str, ...] = ("api._drills",)
 """Modules imported by :func:`main` that register their own command groups."""
 
 

@@ -807,8 +807,10 @@ class Engine:
         record = self.coordinator.begin(
             timeout=timeout, transactional_id=transactional_id, label=label
         )
-        if transactional_id is not None:
-            await self.store.flush()  # the fenced predecessor's abort is durable on return
+        if transactional_id is not None or not self.coordinator.id_is_durable(record.txn_id):
+            # the fenced predecessor's abort, or the id block's reservation, is durable on
+            # return: a crash can then neither revive the old holder nor reuse the id
+            await self.store.flush()
         return Transaction(self, record.txn_id)
 
     def transaction(

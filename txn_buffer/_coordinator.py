@@ -145,6 +145,7 @@ class Coordinator:
         self._holders: dict[str, TxnRecord] = {}
         self._next_seq = 0
         self._reserved_upto = 0
+        self._durable_upto = 0
         self._deadlines: list[tuple[int, int]] = []
         self._deadline_changed = asyncio.Event()
         self._finish_keys: set[str] = set()
@@ -157,7 +158,7 @@ class Coordinator:
         """Load the persisted counter, open and recently ended transactions, finish keys."""
         rows = await self._store.read("SELECT value FROM meta WHERE key = 'next_txn_seq'")
         self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
-        self._reserved_upto = self._next_seq
+        self._reserved_upto = self._durable_upto = self._next_seq
         horizon = now_ms() - self.ended_retention_ms
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
@@ -283,12 +284,18 @@ class Coordinator:
                     self._prepare_end(batch, previous, commit=False)
                 else:
                     self.write_row(batch, previous)
-        if self._next_seq >= self._reserved_upto:
-            self._reserved_upto = self._next_seq + _ID_BLOCK
+        if self._next_seq >= self._reserved_upto - _ID_BLOCK // 2:
+            # Reserve the next block early, so callers rarely wait for it to be durable.
+            self._reserved_upto = max(self._reserved_upto, self._next_seq) + _ID_BLOCK
+            upto = self._reserved_upto
             batch.add(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
-                (self._reserved_upto,),
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)", (upto,)
             )
+
+            def reserved() -> None:
+                self._durable_upto = max(self._durable_upto, upto)
+
+            batch.on_durable(reserved)
         created = now_ms()
         timeout_ms = max(1, round(timeout * 1000))
         record = TxnRecord(
@@ -308,6 +315,10 @@ class Coordinator:
             self._holders[transactional_id] = record
         self._add_deadline(record)
         return record
+
+    def id_is_durable(self, txn_id: TxnId) -> bool:
+        """True once ``txn_id``'s reservation is durable: no restart can hand it out again."""
+        return txn_id.seq < self._durable_upto
 
     def check_open(self, txn_id: TxnId | str) -> TxnRecord:
         """The record if the transaction accepts work; raises fenced/not open/not found."""
