@@ -93,6 +93,8 @@ class Consumer:
     name: str
     expires: bool
     last_seen: float
+    polling: int = 0
+    """Receives in progress: a consumer waiting in a long poll is not idle."""
 
 
 class Subscription:
@@ -182,7 +184,9 @@ class Subscription:
     def expire(self, now: float, expiry: float) -> None:
         """Detach expiring consumers that have not polled for ``expiry`` seconds."""
         stale = [
-            c.name for c in self.consumers.values() if c.expires and now - c.last_seen > expiry
+            c.name
+            for c in self.consumers.values()
+            if c.expires and not c.polling and now - c.last_seen > expiry
         ]
         for name in stale:
             self.detach(name)
@@ -207,6 +211,20 @@ class Subscription:
 
     async def receive(self, consumer: str, max_messages: int, timeout: float) -> list[Message]:
         """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first."""
+        attached = self.consumers.get(consumer)
+        if attached is None:
+            return []
+        attached.polling += 1
+        try:
+            return await self._receive(attached, max_messages, timeout)
+        finally:
+            attached.polling -= 1
+            attached.last_seen = time.monotonic()
+
+    async def _receive(
+        self, attached: Consumer, max_messages: int, timeout: float
+    ) -> list[Message]:
+        consumer = attached.name
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         while True:
@@ -224,8 +242,6 @@ class Subscription:
                     await event.wait()
             except TimeoutError:
                 return []
-            if consumer in self.consumers:
-                self.consumers[consumer].last_seen = time.monotonic()
 
     def _check_usable(self) -> None:
         if self.closed:
