@@ -1,0 +1,102 @@
+"""B2: consume throughput, read_committed vs read_uncommitted, over the same topic.
+
+Each run builds, in a fresh data directory, a topic of transactions of 10 messages of
+which every tenth transaction is aborted (10%). Then, for each isolation level, the
+engine is reopened (both passes start with the same cold SQLite caches) and a new
+subscription drains the topic from the earliest position: ``receive(max=1000)`` and one
+cumulative ack per batch, until it has every message it may deliver (90% of them for
+read_committed, all for read_uncommitted). The figure is delivered messages/s. The order
+of the two passes alternates from run to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from pathlib import Path
+
+from api import Engine, EngineConfig
+
+from .core import Figure, Samples, Settings, Target, fresh_dir, group, make_values, progress
+
+TOPIC = "bench"
+TXN_SIZE = 10
+ABORT_EVERY = 10  # every 10th transaction aborts: 10%
+RECEIVE_MAX = 1000
+
+
+async def build_topic(path: Path, count: int) -> int:
+    """Write ``count`` messages in transactions of 10, 10% aborted; the committed count."""
+    values = make_values(1000)
+    committed = 0
+    async with Engine.open(path, EngineConfig()) as engine:
+        await engine.create_topic(TOPIC)
+        for n, start in enumerate(range(0, count, TXN_SIZE)):
+            txn = await engine.begin()
+            offset = start % len(values)
+            await txn.send_many(TOPIC, values[offset : offset + TXN_SIZE])
+            if n % ABORT_EVERY == ABORT_EVERY - 1:
+                await txn.abort()
+            else:
+                await txn.commit()
+                committed += TXN_SIZE
+    return committed
+
+
+async def drain(path: Path, isolation: str, expected: int) -> float:
+    """Delivered messages/s of a new subscription draining the topic (engine reopened)."""
+    async with Engine.open(path, EngineConfig()) as engine:
+        sub = await engine.subscribe(
+            TOPIC, f"drain-{isolation}", isolation=isolation, initial_position="earliest"
+        )
+        gc.collect()
+        received = 0
+        started = time.perf_counter()
+        while received < expected:
+            messages = await sub.receive(max=RECEIVE_MAX, timeout=5.0)
+            if not messages:
+                break
+            received += len(messages)
+            await sub.ack(messages[-1].position, cumulative=True)
+        elapsed = time.perf_counter() - started
+        leftover = await sub.receive(max=RECEIVE_MAX, timeout=0.0)
+    if received != expected or leftover:
+        raise AssertionError(
+            f"{isolation}: received {received} (+{len(leftover)} more), expected {expected}"
+        )
+    return received / elapsed
+
+
+@group("B2", "consume throughput by isolation level", ["B2-committed", "B2-uncommitted"])
+def consume(settings: Settings) -> list[Figure]:
+    """B2 figures: delivered messages/s, read_committed and read_uncommitted."""
+    count = settings.size(200_000, 10_000)
+    count -= count % (TXN_SIZE * ABORT_EVERY)
+    samples = Samples()
+    for run in range(settings.runs):
+        with fresh_dir("b2") as path:
+            committed = asyncio.run(build_topic(path, count))
+            passes = [
+                ("B2-committed", "read_committed", committed),
+                ("B2-uncommitted", "read_uncommitted", count),
+            ]
+            if run % 2:
+                passes.reverse()
+            for figure_id, isolation, expected in passes:
+                rate = asyncio.run(drain(path, isolation, expected))
+                samples.add(figure_id, rate)
+                progress(
+                    f"B2 run {run + 1}/{settings.runs} {figure_id}: {rate:,.0f} msg/s"
+                    f" ({expected:,} msgs of {count:,})"
+                )
+    return [
+        Figure.of(
+            "B2-committed",
+            samples["B2-committed"],
+            "msg/s",
+            baseline="B2-uncommitted",
+            target=Target(">=", 0.9, "B2-uncommitted"),
+        ),
+        Figure.of("B2-uncommitted", samples["B2-uncommitted"], "msg/s"),
+    ]
