@@ -737,7 +737,9 @@ class Engine:
             raise InvalidArgumentError("messages must be a non-empty list")
         limit = self.config.max_message_bytes
         encoded = [_check_message(m, limit) for m in messages]
-        await self.store.wait_writable()
+        store = self.store
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
         # Nothing below awaits: positions are assigned and submitted in one step.
         topic = self._topic(topic_name)
         if producer is not None and sequence is not None:
@@ -1190,7 +1192,6 @@ class Transaction:
     ) -> list[Position]:
         """Append prepared messages (with keys and properties) in this transaction."""
         engine = self._engine
-        engine._topic(topic)
         result = await engine._append(topic, messages, self.txn_id, None, None, wait=False)
         assert not isinstance(result, ProduceResult)
         return result[0]

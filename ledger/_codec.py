@@ -14,6 +14,7 @@ from ._errors import CorruptEntryError, InvalidArgumentError
 
 FORMAT_VERSION = 1
 _VERSION_BYTE = bytes([FORMAT_VERSION])
+_ARRAY4 = b"\x94"  # msgpack fixarray header for 4 elements
 
 
 def encode_value(value: Any) -> bytes:
@@ -28,9 +29,14 @@ def encode_value(value: Any) -> bytes:
 def encode_payload(
     key: str | None, packed_value: bytes, properties: dict[str, str], publish_time: int
 ) -> bytes:
-    """Build the stored payload from an already-encoded value (see :func:`encode_value`)."""
+    """Build the stored payload from an already-encoded value (see :func:`encode_value`).
+
+    The body is one msgpack array ``[key, properties, publish_time, value]``: the head is
+    packed as a 3-array whose header byte becomes a 4-array's, then the packed value is
+    appended, so encoding never re-packs the value and decoding is one ``unpackb``.
+    """
     head: bytes = msgpack.packb([key, properties, publish_time], use_bin_type=True)
-    return _VERSION_BYTE + head + packed_value
+    return _VERSION_BYTE + _ARRAY4 + head[1:] + packed_value
 
 
 def decode_payload(data: bytes) -> tuple[str | None, Any, dict[str, str], int]:
@@ -39,11 +45,10 @@ def decode_payload(data: bytes) -> tuple[str | None, Any, dict[str, str], int]:
         version = data[0] if data else None
         raise CorruptEntryError(f"unknown entry format version {version!r}")
     try:
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True)
-        unpacker.feed(memoryview(data)[1:])
-        key, properties, publish_time = unpacker.unpack()
-        value = unpacker.unpack()
-    except Exception as exc:
+        key, properties, publish_time, value = msgpack.unpackb(
+            memoryview(data)[1:], raw=False, strict_map_key=False
+        )
+    except Exception as exc:  # any decode failure means a damaged entry
         raise CorruptEntryError(f"damaged entry: {exc}") from exc
     return key, value, properties, publish_time
 

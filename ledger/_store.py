@@ -157,14 +157,14 @@ class Store:
         try:
             await writer.execute("PRAGMA journal_mode=WAL")
             await writer.execute(f"PRAGMA synchronous={synchronous}")
-            await writer.execute("PRAGMA cache_size=-65536")
+            await writer.execute("PRAGMA cache_size=-8192")  # appends touch only tails
             await writer.execute("PRAGMA busy_timeout=5000")
             await writer._execute(migrate, writer._conn)  # type: ignore[no-untyped-call]
             reader_conns = []
             for _ in range(readers):
                 reader = await aiosqlite.connect(path, isolation_level=None)
                 await reader.execute("PRAGMA query_only=1")
-                await reader.execute("PRAGMA cache_size=-32768")
+                await reader.execute("PRAGMA cache_size=-8192")
                 await reader.execute("PRAGMA busy_timeout=5000")
                 reader_conns.append(reader)
         except BaseException:
@@ -200,6 +200,11 @@ class Store:
         future = self.submit(batch)
         assert future is not None
         await future
+
+    @property
+    def over_limit(self) -> bool:
+        """True while appends should wait (see :meth:`wait_writable`)."""
+        return self._queued_entries > self._max_pending_entries
 
     async def wait_writable(self) -> None:
         """Backpressure: wait while more than the allowed entries are queued."""
