@@ -1,0 +1,528 @@
+"""txnstream as a PySpark data source (the ``spark`` extra): format ``"txnstream"``.
+
+::
+
+    from api.spark import TxnStreamDataSource
+    spark.dataSource.register(TxnStreamDataSource)
+
+    df = (spark.read.format("txnstream")
+          .option("url", "http://127.0.0.1:8080")      # a running server, or
+          # .option("path", "./data")                  # a local data directory (read-only)
+          .option("topic", "orders").load())           # committed data only, in parallel
+
+    stream = (spark.readStream.format("txnstream")
+              .option("url", url).option("topic", "orders").load())
+
+    df.write.format("txnstream").option("url", url).option("topic", "copy").mode("append").save()
+
+Reading. Schema: ``position`` string ``"L:E"``, ``ledger_id``/``entry_id`` long, ``key``
+string, ``value`` binary (bytes as stored; a string value as UTF-8; any other value as
+its JSON text), ``value_json`` string (the JSON text of a non-bytes value, else null),
+``properties`` map<string,string>, ``txn`` string (``"txn-<n>"`` or null), and
+``publish_time`` timestamp. Options: ``url`` or ``path`` (exactly one), ``topic``,
+``startingPosition`` (inclusive; ``earliest`` default, ``latest`` or ``"L:E"``),
+``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position,
+or ``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed``
+default; ``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
+included), ``maxEntriesPerPartition`` (200000), ``fetchSize`` (url, 10000),
+``maxEntriesPerTrigger`` (streaming; counts log entries, markers included), ``timeout``
+(HTTP seconds). Input partitions are whole ledgers or bounded ranges of a large ledger,
+consecutive small ledgers grouped up to ``maxEntriesPerPartition`` entries (over HTTP
+by the topic's average ledger size); each task reads its range and drops aborted data
+using the aborted list of its own range (path: the aborted-transaction index, not even
+looked up when no ledger from the range on has ``has_aborts``; url: each fetch answer's
+``aborted``), yielding Arrow record batches, never buffering a transaction.
+
+Streaming offsets are ``{"next": "L:E"}``: everything before ``next`` was covered.
+``latestOffset`` is just after the topic's stable position, so a micro-batch never
+holds data of an open transaction, and aborted data never appears.
+
+Writing (``mode("append")``): rows need a ``value`` column (binary -> bytes, string ->
+string, or with ``valueFormat=json`` a string parsed as JSON); ``key`` (string) and
+``properties`` (map<string,string>) are optional; other columns are ignored. Exactly
+once: see :mod:`api._spark_sink` for the protocol. Options ``transactionTimeoutMs``
+(600000: a job must finish within it) and ``writeBatchSize`` (2000 messages per append).
+Writing through ``path`` opens an :class:`~api.Engine` in Spark's Python workers, one
+at a time (a file lock), and requires that no ``txnstream serve`` runs on that directory.
+
+Spark runs every method here in Python worker processes: they must use an interpreter
+where txnstream is installed (``PYSPARK_PYTHON``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    LongType,
+    MapType,
+    NullType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ledger import Position
+
+from . import _spark_http, _spark_path
+from ._spark_common import (
+    FORMAT,
+    READ_COMMITTED,
+    SourceOptions,
+    TxnStreamSourceError,
+    Window,
+    after,
+    offset_of,
+    parse_position,
+    position_of,
+)
+from ._spark_sink import abort_job, checkpoint_query_id, commit_job, write_rows
+
+try:  # PySpark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in for PySpark < 4.2."""
+
+
+__all__ = ["TxnStreamDataSource", "TxnStreamSourceError"]
+
+SCHEMA = StructType(
+    [
+        StructField("position", StringType()),
+        StructField("ledger_id", LongType()),
+        StructField("entry_id", LongType()),
+        StructField("key", StringType()),
+        StructField("value", BinaryType()),
+        StructField("value_json", StringType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("txn", StringType()),
+        StructField("publish_time", TimestampType()),
+    ]
+)
+
+
+class TxnStreamDataSource(DataSource):
+    """The ``txnstream`` data source: batch and streaming reads and writes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def _options(self) -> SourceOptions:
+        return SourceOptions.parse(dict(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_read_schema(schema)
+        return TxnStreamReader(self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_read_schema(schema)
+        return TxnStreamStreamReader(self._options())
+
+    def writer(self, schema: StructType, overwrite: bool) -> TxnStreamWriter:
+        options = _check_write(self._options(), schema, overwrite)
+        return TxnStreamWriter(options, uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TxnStreamStreamWriter:
+        options = _check_write(self._options(), schema, overwrite)
+        return TxnStreamStreamWriter(options, self.options.get("checkpointlocation"))
+
+
+# -- reading -------------------------------------------------------------------------
+
+
+class TxnStreamPartition(InputPartition):
+    """One task's share: ledger ranges ``(ledger, lo, hi)`` (path) or a window (url)."""
+
+    def __init__(
+        self,
+        ranges: list[tuple[int, int, int]] | None = None,
+        window: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__((ranges, window))
+        self.ranges = ranges or []
+        self.window = window
+
+
+def _check_read_schema(schema: StructType | None) -> None:
+    if schema is not None and schema.simpleString() != SCHEMA.simpleString():
+        raise TxnStreamSourceError(
+            f"the txnstream source has a fixed schema {SCHEMA.simpleString()}; do not pass"
+            f" another one (got {schema.simpleString()})"
+        )
+
+
+def _bound(text: str, option: str, first: Position | None, limit: Position | None) -> Position:
+    """A start or end option as a position (``latest`` is just after ``limit``)."""
+    if text == "earliest":
+        return first or Position(0, 0)
+    if text == "latest":
+        return after(limit) if limit is not None else first or Position(0, 0)
+    return parse_position(text, option)
+
+
+class _Planner:
+    """Turns a window of positions into input partitions and reads them back."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def limits(self, scan_from: Position | None = None) -> tuple[Position | None, Position | None]:
+        """``(first retained position, read limit)`` of the topic right now."""
+        opts = self.options
+        if opts.path is not None:
+            conn = _spark_path.connect(opts.path)
+            try:
+                view = _spark_path.view(
+                    conn, opts.topic, opts.isolation, opts.where, scan_from=scan_from
+                )
+            finally:
+                conn.close()
+            return view.first, view.limit
+        with _spark_http.HttpClient(opts) as client:
+            return client.limits(opts.isolation)
+
+    def partitions(self, window: Window) -> list[TxnStreamPartition]:
+        opts = self.options
+        if window.empty:
+            return []
+        if opts.url is not None:
+            with _spark_http.HttpClient(opts) as client:
+                first, _ = client.limits(opts.isolation)
+                average = client.entries_per_ledger()
+            if first is not None and window.start < first:  # retention trimmed the head
+                window = Window(min(first, window.end), window.end)
+            windows = _spark_http.split_ledgers(window, opts.max_entries_per_partition, average)
+            return [TxnStreamPartition(window=(str(w.start), str(w.end))) for w in windows]
+        assert opts.path is not None
+        conn = _spark_path.connect(opts.path)
+        try:
+            tid = _spark_path.topic_id(conn, opts.topic, opts.where)
+            sizes = _spark_path.ledger_sizes(conn, tid)
+        finally:
+            conn.close()
+        ranges = _spark_path.split_window(sizes, window, opts.max_entries_per_partition)
+        groups: list[list[tuple[int, int, int]]] = []
+        total = 0
+        for r in ranges:
+            size = r.hi - r.lo
+            if not groups or total + size > opts.max_entries_per_partition:
+                groups.append([])
+                total = 0
+            groups[-1].append((r.ledger_id, r.lo, r.hi))
+            total += size
+        return [TxnStreamPartition(ranges=group) for group in groups]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        opts = self.options
+        if not isinstance(partition, TxnStreamPartition):
+            return  # Spark's placeholder partition of an empty read
+        if partition.window is not None:
+            start, end = (Position.parse(p) for p in partition.window)
+            with _spark_http.HttpClient(opts) as client:
+                yield from _spark_http.read_window(
+                    client, Window(start, end), opts.isolation, opts.fetch_size
+                )
+            return
+        assert opts.path is not None
+        conn = _spark_path.connect(opts.path)
+        try:
+            tid = _spark_path.topic_id(conn, opts.topic, opts.where)
+            for ledger_id, lo, hi in partition.ranges:
+                yield from _spark_path.read_range(
+                    conn, tid, _spark_path.LedgerRange(ledger_id, lo, hi), opts.isolation
+                )
+        finally:
+            conn.close()
+
+
+class TxnStreamReader(DataSourceReader):
+    """Batch read of ``[startingPosition, endingPosition)`` below the read limit."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        if options.starting not in ("earliest", "latest"):
+            parse_position(options.starting, "startingPosition")
+
+    def partitions(self) -> list[InputPartition]:
+        planner = _Planner(self.options)
+        first, limit = planner.limits()
+        start = _bound(self.options.starting, "startingPosition", first, limit)
+        top = after(limit) if limit is not None else start
+        end = min(_bound(self.options.ending, "endingPosition", first, limit), top)
+        return list(planner.partitions(Window(start, end)))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _Planner(self.options).read(partition)
+
+
+class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches between offsets ``{"next": "L:E"}``, never past the stable position."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._stable_hint: Position | None = None
+        self._target: Position | None = None
+
+    def _top(self, start: Position | None) -> Position:
+        """Just after the current read limit (never before ``start``)."""
+        planner = _Planner(self.options)
+        scan_from = self._stable_hint if self.options.isolation == READ_COMMITTED else None
+        first, limit = planner.limits(scan_from)
+        if limit is not None:
+            self._stable_hint = limit
+        top = after(limit) if limit is not None else (first or Position(0, 0))
+        if start is not None and top < start:
+            top = start
+        return top
+
+    def initialOffset(self) -> dict[str, str]:
+        starting = self.options.starting
+        if starting == "earliest":
+            return offset_of(Position(0, 0))
+        if starting == "latest":
+            return offset_of(self._top(None))
+        return offset_of(parse_position(starting, "startingPosition"))
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_entries_per_trigger is not None and ReadMaxRows is not None:
+            return ReadMaxRows(self.options.max_entries_per_trigger)
+        return super().getDefaultReadLimit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._top(None)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, str]:
+        begin = None if start is None else position_of(start)
+        end = self._top(begin)
+        if self._target is not None:  # Trigger.AvailableNow: nothing past the target
+            end = min(end, self._target)
+            if begin is not None:
+                end = max(end, begin)
+        max_rows = getattr(limit, "max_rows", None)
+        if begin is not None and isinstance(max_rows, int) and max_rows > 0 and end > begin:
+            end = min(end, self._position_after(begin, max_rows))
+        return offset_of(end)
+
+    def _position_after(self, start: Position, count: int) -> Position:
+        opts = self.options
+        if opts.path is not None:
+            conn = _spark_path.connect(opts.path)
+            try:
+                tid = _spark_path.topic_id(conn, opts.topic, opts.where)
+                nth = _spark_path.nth_position(conn, tid, start, count)
+            finally:
+                conn.close()
+            return nth if nth is not None else Position(2**62, 0)
+        with _spark_http.HttpClient(opts) as client:
+            return client.position_after(start, count, opts.isolation)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        window = Window(position_of(start), position_of(end))
+        return list(_Planner(self.options).partitions(window))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _Planner(self.options).read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the checkpoint is the truth."""
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+def _is_type(data_type: DataType, *types: type[DataType]) -> bool:
+    return isinstance(data_type, types)
+
+
+def _check_write(options: SourceOptions, schema: StructType, overwrite: bool) -> SourceOptions:
+    if overwrite:
+        raise TxnStreamSourceError(
+            "the txnstream sink only appends: use mode('append') (a topic cannot be overwritten)"
+        )
+    fields = {field.name.lower(): field.dataType for field in schema.fields}
+    if "value" not in fields:
+        raise TxnStreamSourceError(
+            "the DataFrame has no 'value' column; writing to txnstream needs a 'value' column"
+            " (binary or string), optional 'key' (string) and 'properties'"
+            f" (map<string,string>); columns found: {', '.join(schema.names) or 'none'}"
+        )
+    value_type = fields["value"]
+    if options.value_format == "json":
+        if not _is_type(value_type, StringType, NullType):
+            raise TxnStreamSourceError(
+                f"with valueFormat 'json' the 'value' column must be a string of JSON text, not"
+                f" {value_type.simpleString()}"
+            )
+    elif not _is_type(value_type, BinaryType, StringType, NullType):
+        raise TxnStreamSourceError(
+            f"the 'value' column must be binary or string, not {value_type.simpleString()}"
+            " (serialize it first, e.g. with to_json(), and use valueFormat 'json')"
+        )
+    if "key" in fields and not _is_type(fields["key"], StringType, NullType):
+        raise TxnStreamSourceError(
+            f"the 'key' column must be a string, not {fields['key'].simpleString()}"
+        )
+    props = fields.get("properties")
+    if props is not None and not (
+        isinstance(props, NullType)
+        or (
+            isinstance(props, MapType)
+            and isinstance(props.keyType, StringType)
+            and isinstance(props.valueType, StringType)
+        )
+    ):
+        raise TxnStreamSourceError(
+            f"the 'properties' column must be map<string,string>, not {props.simpleString()}"
+        )
+    _check_target(options)
+    return options
+
+
+def _check_target(options: SourceOptions) -> None:
+    """A clear error now (on the driver) for a bad path/url or a missing topic."""
+    if options.path is not None:
+        conn = _spark_path.connect(options.path)
+        try:
+            _spark_path.topic_id(conn, options.topic, options.where)
+        finally:
+            conn.close()
+    else:
+        with _spark_http.HttpClient(options) as client:
+            client.check_topic()
+
+
+class TxnCommitMessage(WriterCommitMessage):
+    """What a task attempt wrote: its open transaction (None if it had no rows)."""
+
+    def __init__(
+        self,
+        txn: str | None,
+        partition: int,
+        attempt: int,
+        rows: int,
+        query_id: str | None = None,
+        batch_id: str | None = None,
+    ) -> None:
+        self.txn = txn
+        self.partition = partition
+        self.attempt = attempt
+        self.rows = rows
+        self.query_id = query_id
+        self.batch_id = batch_id
+
+    def __repr__(self) -> str:
+        return (
+            f"TxnCommitMessage(txn={self.txn!r}, partition={self.partition},"
+            f" attempt={self.attempt}, rows={self.rows})"
+        )
+
+
+def _task() -> tuple[int, int, Any]:
+    context = TaskContext.get()
+    if context is None:  # not in a Spark task (direct calls in tests)
+        return 0, 0, None
+    return context.partitionId(), context.attemptNumber(), context
+
+
+class TxnStreamWriter(DataSourceArrowWriter):
+    """Batch write, exactly once: one transaction per task attempt, decided by the driver."""
+
+    def __init__(self, options: SourceOptions, job_id: str) -> None:
+        self.options = options
+        self.job_id = job_id
+
+    @property
+    def label_prefix(self) -> str:
+        return f"spark:{self.job_id}:"
+
+    def write(self, iterator: Iterator[Any]) -> TxnCommitMessage:
+        partition, attempt, _ = _task()
+        label = f"{self.label_prefix}{partition}:{attempt}"
+        txn, rows = write_rows(self.options, label, iterator)
+        return TxnCommitMessage(txn, partition, attempt, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        winners = [m.txn for m in messages if isinstance(m, TxnCommitMessage) and m.txn]
+        commit_job(self.options, self.label_prefix, winners, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_job(self.options, self.label_prefix)
+
+
+class TxnStreamStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming write, exactly once across restarts: ``finish`` with the idempotence
+    key ``"<query id>:<batch id>"`` makes a replayed micro-batch abort instead of land."""
+
+    def __init__(self, options: SourceOptions, checkpoint: str | None) -> None:
+        self.options = options
+        self.checkpoint = checkpoint
+
+    @staticmethod
+    def label_prefix(query_id: str, batch_id: int | str) -> str:
+        return f"spark-stream:{query_id}:{batch_id}:"
+
+    def write(self, iterator: Iterator[Any]) -> TxnCommitMessage:
+        partition, attempt, context = _task()
+        query_id = batch_id = None
+        if context is not None:
+            query_id = context.getLocalProperty("sql.streaming.queryId")
+            batch_id = context.getLocalProperty("streaming.sql.batchId")
+        if query_id is None:
+            query_id = checkpoint_query_id(self.checkpoint) or "unknown-query"
+        label = f"{self.label_prefix(query_id, batch_id or 'unknown')}{partition}:{attempt}"
+        txn, rows = write_rows(self.options, label, iterator)
+        return TxnCommitMessage(txn, partition, attempt, rows, query_id, batch_id)
+
+    def _query_id(self, messages: list[WriterCommitMessage | None]) -> str | None:
+        for message in messages:
+            if isinstance(message, TxnCommitMessage) and message.query_id:
+                return message.query_id
+        return checkpoint_query_id(self.checkpoint)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        query_id = self._query_id(messages)
+        winners = [m.txn for m in messages if isinstance(m, TxnCommitMessage) and m.txn]
+        if query_id is None:
+            if not winners:
+                return
+            raise TxnStreamSourceError(
+                f"micro-batch {batchId}: the streaming query id is unknown, so the write cannot"
+                " be made exactly once; nothing of it was committed"
+            )
+        commit_job(
+            self.options, self.label_prefix(query_id, batchId), winners, f"{query_id}:{batchId}"
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        query_id = self._query_id(messages)
+        if query_id is not None:
+            abort_job(self.options, self.label_prefix(query_id, batchId))

@@ -1,0 +1,168 @@
+"""Helpers of the Spark tests: test data, the expected committed view, row normalizing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pyspark.sql import DataFrame, SparkSession
+
+from api import Engine, EngineConfig, Transaction
+
+T = TypeVar("T")
+
+Row = tuple[str, str | None, bytes | None, str | None, dict[str, str], str | None]
+
+
+def expected_columns(value: Any) -> tuple[bytes | None, str | None]:
+    """The (value, value_json) columns the source promises for a message value."""
+    if isinstance(value, bytes):
+        return value, None
+    if value is None:
+        return None, "null"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, str):
+        return value.encode(), text
+    return text.encode(), text
+
+
+async def engine_view(engine: Engine, topic: str, isolation: str = "read_committed") -> list[Row]:
+    """What a reader of ``topic`` must get: the engine's range fetch, filtered as the
+    contract says (markers out; aborted data out when read_committed)."""
+    rows: list[Row] = []
+    position = None
+    while True:
+        result = await engine.fetch(topic, position, max=10_000, isolation=isolation)
+        aborted = {a.txn for a in result.aborted}
+        for entry in result.entries:
+            if entry.kind != "data":
+                continue
+            if isolation == "read_committed" and entry.txn in aborted:
+                continue
+            value, text = expected_columns(entry.value)
+            rows.append((str(entry.position), entry.key, value, text, entry.properties, entry.txn))
+        if not result.entries:
+            return rows
+        position = result.next
+
+
+def spark_rows(df: DataFrame) -> list[Row]:
+    """The rows of a txnstream DataFrame, normalized and in position order."""
+    out = []
+    for r in df.collect():
+        out.append(
+            (
+                r["position"],
+                r["key"],
+                None if r["value"] is None else bytes(r["value"]),
+                r["value_json"],
+                dict(r["properties"] or {}),
+                r["txn"],
+            )
+        )
+    return sorted(out, key=lambda row: tuple(int(x) for x in row[0].split(":")))
+
+
+def reader(spark: SparkSession, topic: str, **options: str) -> Any:
+    """``spark.read.format("txnstream")`` with ``topic`` and ``options``."""
+    read = spark.read.format("txnstream").option("topic", topic)
+    for key, value in options.items():
+        read = read.option(key, value)
+    return read
+
+
+async def populate_mixed(engine: Engine, topic: str) -> Transaction:
+    """Committed, aborted (interleaved), open and plain data; returns the open txn.
+
+    Layout: plain messages of several value kinds; transactions A (committed) and B
+    (aborted) interleaved; then C opens and stays open; after C's first entry a
+    committed D and a plain message follow (not readable while C is open).
+    """
+    await engine.send(topic, b"plain-bytes", key="k0", properties={"src": "test"})
+    await engine.send(topic, "plain text é")
+    await engine.send(topic, {"order": 1, "items": [1, 2]})
+    await engine.send(topic, None)
+    await engine.send(topic, 42)
+    a = await engine.begin(label="test:a")
+    b = await engine.begin(label="test:b")
+    for i in range(25):
+        await a.send(topic, f"a-{i}".encode(), key=f"a{i}")
+        await b.send(topic, f"b-{i}".encode())
+    await a.commit()
+    await b.abort()
+    await engine.send_many(topic, [b"p1", b"p2"])
+    c = await engine.begin(label="test:c")
+    await c.send(topic, b"c-0")
+    d = await engine.begin()
+    await d.send_many(topic, [b"d-0", b"d-1"])
+    await d.commit()
+    await engine.send(topic, b"after-open")
+    await c.send(topic, b"c-1")
+    await engine.store.flush()  # transactional sends are pipelined: make them durable
+    return c
+
+
+# Small ledgers, so that a test topic spans several ledgers (several input partitions).
+LEDGER_ENTRIES = 40
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``condition()`` until truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class LiveServer:
+    """A txnstream server running in this process."""
+
+    url: str
+    data: Path
+    engine: Engine
+    loop: asyncio.AbstractEventLoop
+    topics: list[str] = field(default_factory=list)
+
+    def run(self, awaitable: Awaitable[T], timeout: float = 60.0) -> T:
+        """Run a coroutine on the server's event loop (its engine lives there)."""
+
+        async def wrap() -> T:
+            return await awaitable
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(wrap(), self.loop)
+        return future.result(timeout)
+
+    def new_topic(self) -> str:
+        name = f"t{uuid.uuid4().hex[:10]}"
+        self.run(self.engine.create_topic(name))
+        return name
+
+
+def run_engine(path: Path, action: Callable[[Engine], Awaitable[T]]) -> T:
+    """Open an engine on ``path`` in this thread, run ``action``, close it."""
+
+    async def main() -> T:
+        config = EngineConfig(durability="normal", ledger_max_entries=LEDGER_ENTRIES)
+        async with Engine.open(path, config) as engine:
+            return await action(engine)
+
+    return asyncio.run(main())
