@@ -60,11 +60,17 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError as exc:  # pragma: no cover - PySpark 4.0
+    raise ImportError(
+        "the txnstream Spark data source needs PySpark >= 4.1 (DataSourceStreamArrowWriter)"
+    ) from exc
 from pyspark.sql.types import (
     BinaryType,
     DataType,
