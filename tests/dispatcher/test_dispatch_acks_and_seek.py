@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatch_support import drain, make_topics, positions, values
+from support import drain, make_topics, positions, values
 
 from api import Engine, Position
 

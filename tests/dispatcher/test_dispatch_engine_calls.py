@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dispatch_support import make_topics, positions, values
+from support import make_topics, positions, values
 
 from api import ConsumerBusyError, Engine
 

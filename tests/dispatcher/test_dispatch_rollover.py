@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from dispatch_support import drain, positions, values
+from support import drain, positions, values
 
 from api import Engine, EngineConfig, Position
 

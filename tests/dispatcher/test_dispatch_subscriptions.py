@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 import pytest
-from dispatch_support import drain, make_topics, positions, values
+from support import drain, make_topics, positions, values
 
 from api import ClosedError, ConflictError, Engine, Message, SubscriptionConflictError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dispatch_support import drain, make_topics, positions, values
+from support import drain, make_topics, positions, values
 
 from api import AckConflictError, ConflictError, Engine, Position, TxnNotOpenError
 

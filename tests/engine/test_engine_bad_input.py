@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import drain, make_topics, values
+from support import drain, make_topics, values
 
 from api import (
     ClosedError,

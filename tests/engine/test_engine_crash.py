@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import drain, positions, wait_until
+from support import drain, positions, wait_until
 
 from api import Engine, EngineConfig, Message, Position, TxnNotFoundError
 from txn_buffer import TxnBuffer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from engine_support import make_topics
+from support import make_topics
 
 from api import Engine, FetchResult, InvalidArgumentError, Position, TopicNotFoundError
 

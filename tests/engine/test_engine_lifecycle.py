@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from engine_support import drain, make_topics, positions, values
+from support import drain, make_topics, positions, values
 
 from api import ClosedError, Engine, EngineConfig, TxnNotFoundError
 

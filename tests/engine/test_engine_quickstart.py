@@ -6,7 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from engine_support import drain, make_topics, positions, txn_state, values
+from support import drain, make_topics, positions, txn_state, values
 
 from api import Engine, EngineError, Position
 

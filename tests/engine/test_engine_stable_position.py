@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import drain, make_topics, positions, values, wait_until
+from support import drain, make_topics, positions, values, wait_until
 
 from api import Engine, Position
 

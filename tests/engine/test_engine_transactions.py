@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_support import drain, make_topics, positions, txn_state, values, wait_until
+from support import drain, make_topics, positions, txn_state, values, wait_until
 
 from api import (
     Engine,

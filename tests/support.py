@@ -1,4 +1,4 @@
-"""Helpers shared by the dispatcher tests: bounded waits and draining subscriptions."""
+"""Helpers shared by the engine and dispatcher tests: bounded waits, draining subscriptions."""
 
 from __future__ import annotations
 
