@@ -29,11 +29,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ledger import CorruptEntryError, Position, decode_payload, unpack
+from ledger import (
+    CorruptEntryError,
+    Position,
+    decode_payload,
+    encode_payload,
+    encode_value,
+    unpack,
+)
 
 from ._spark_common import (
     BATCH_ROWS,
@@ -46,7 +52,6 @@ from ._spark_common import (
 
 _REQUIRED_TABLES = ("topics", "ledgers", "entries", "aborted_txns", "txns")
 _DECIDED = ("committed", "aborted")
-_FORMAT_VERSION = 1
 
 
 def database_file(path: str | Path) -> Path:
@@ -274,36 +279,40 @@ def aborted_in_range(conn: sqlite3.Connection, tid: int, part: LedgerRange) -> s
     return {int(txn) for (txn,) in rows}
 
 
-def _decode_all(payloads: list[bytes]) -> list[Any]:
-    """``[head, value, head, value, ...]`` of entry payloads, in one msgpack stream."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
-    for data in payloads:
-        if not data or data[0] != _FORMAT_VERSION:
-            raise CorruptEntryError("unknown entry format")
-        unpacker.feed(memoryview(data)[1:])
-    decoded: list[Any] = list(unpacker)
-    if len(decoded) != 2 * len(payloads):
-        raise CorruptEntryError("damaged entry")
-    return decoded
-
-
-def _decode_slow(ledger_id: int, rows: list[tuple[int, Any, bytes]]) -> list[Any]:
+def _decode(ledger_id: int, rows: list[tuple[int, Any, bytes]]) -> list[Any]:
+    """``(key, value, properties, publish_ms)`` of each row, by the ledger's own codec."""
     decoded: list[Any] = []
     for entry_id, _txn, data in rows:
         try:
-            key, value, props, publish = decode_payload(data)
+            decoded.append(decode_payload(data))
         except CorruptEntryError as exc:
             raise TxnStreamSourceError(
                 f"entry {ledger_id}:{entry_id} cannot be decoded: {exc}"
             ) from None
-        decoded += [[key, props, publish], value]
     return decoded
 
 
-_PLAIN_HEAD = pa.scalar(b"\x01\x93\xc0\x80\xcf", pa.binary())
-"""Format 1, then ``[nil key, {} properties, uint64 publish time]``."""
-_BIN_VALUES = {0xC4: (15, 1), 0xC5: (16, 2), 0xC6: (18, 4)}
-"""msgpack bin8/bin16/bin32 value tag at byte 13: (value offset, length width)."""
+def _plain_layout() -> tuple[bytes, int] | None:
+    """The fixed prefix of a payload with no key, no properties and a bytes value, and
+    the offset of its value's msgpack tag, derived from the ledger's own encoder and
+    checked against its decoder (None if the codec changed shape: no fast path then)."""
+    publish = 1 << 40  # a current time in ms: packed as uint64 (0xcf + 8 bytes)
+    value = b"x" * 300
+    sample = encode_payload(None, encode_value(value), {}, publish)
+    tag_at = len(sample) - len(encode_value(value))
+    if (
+        tag_at != 13
+        or sample[4] != 0xCF
+        or int.from_bytes(sample[5:13], "big") != publish
+        or decode_payload(sample) != (None, value, {}, publish)
+    ):
+        return None
+    return sample[:5], tag_at
+
+
+_PLAIN = _plain_layout()
+_BIN_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+"""msgpack bin8/bin16/bin32 tags: the width of the length that follows the tag."""
 _UINTS = {1: pa.uint8(), 2: pa.uint16(), 4: pa.uint32(), 8: pa.int64()}
 _MAX_BATCH_BYTES = 32 * 1024 * 1024
 
@@ -321,20 +330,23 @@ def decode_plain(payloads: Any) -> tuple[Any, Any] | None:
     """Vectorized decode of payloads with no key, no properties and a bytes value (the
     usual shape of bulk data): ``(values, publish_ms)`` as Arrow arrays, or None when a
     payload has any other shape (the msgpack path decodes those)."""
-    if len(payloads) == 0:
+    if len(payloads) == 0 or _PLAIN is None:
         return None
+    head, tag_at = _PLAIN
     try:
-        if not pc.all(pc.equal(pc.binary_slice(payloads, 0, 5), _PLAIN_HEAD)).as_py():
+        prefix = pc.binary_slice(payloads, 0, len(head))
+        if not pc.all(pc.equal(prefix, pa.scalar(head, pa.binary()))).as_py():
             return None
-        tags = pc.unique(pc.binary_slice(payloads, 13, 14)).to_pylist()
-        if len(tags) != 1 or len(tags[0]) != 1 or tags[0][0] not in _BIN_VALUES:
+        tags = pc.unique(pc.binary_slice(payloads, tag_at, tag_at + 1)).to_pylist()
+        if len(tags) != 1 or len(tags[0]) != 1 or tags[0][0] not in _BIN_WIDTHS:
             return None
-        start, width = _BIN_VALUES[tags[0][0]]
-        lengths = _big_endian(pc.binary_slice(payloads, 14, 14 + width), width)
+        width = _BIN_WIDTHS[tags[0][0]]
+        start = tag_at + 1 + width
+        lengths = _big_endian(pc.binary_slice(payloads, tag_at + 1, start), width)
         values = pc.binary_slice(payloads, start, 1 << 30)
         if not pc.all(pc.equal(pc.binary_length(values).cast(pa.int64()), lengths)).as_py():
             return None
-        return values, _big_endian(pc.binary_slice(payloads, 5, 13), 8)
+        return values, _big_endian(pc.binary_slice(payloads, tag_at - 8, tag_at), 8)
     except pa.ArrowInvalid:
         return None
 
@@ -383,17 +395,13 @@ def _batch(ledger_id: int, rows: list[Any]) -> Any:
     if plain is not None:
         values, publish = plain
         return make_batch(ledger_id, entry_ids, None, values, None, txns, publish)
-    try:
-        decoded = _decode_all([row[2] for row in rows])
-    except CorruptEntryError:
-        decoded = _decode_slow(ledger_id, rows)
-    heads = decoded[0::2]
+    decoded = _decode(ledger_id, rows)
     return make_batch(
         ledger_id,
         entry_ids,
-        [head[0] for head in heads],
-        decoded[1::2],
-        [head[1] for head in heads],
+        [d[0] for d in decoded],
+        [d[1] for d in decoded],
+        [d[2] for d in decoded],
         txns,
-        [head[2] for head in heads],
+        [d[3] for d in decoded],
     )

@@ -12,7 +12,7 @@ import msgpack
 
 from ._errors import CorruptEntryError, InvalidArgumentError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one msgpack array [key, properties, publish_time, value]
 _VERSION_BYTE = bytes([FORMAT_VERSION])
 _ARRAY4 = b"\x94"  # msgpack fixarray header for 4 elements
 

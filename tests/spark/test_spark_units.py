@@ -147,6 +147,42 @@ async def test_stable_position_scan_hint(tmp_path: Path) -> None:
         await txn.abort()
 
 
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [(None, b"v" * n, {}) for n in (0, 1, 100, 255)],  # bin8: the vectorized path
+        [(None, b"w" * n, {}) for n in (256, 300, 65535)],  # bin16
+        [(None, b"z" * 70_000, {}), (None, b"", {})],  # bin32 and bin8 mixed
+        [("k", b"keyed", {}), (None, b"plain", {})],  # a key: the msgpack path
+        [(None, b"p", {"a": "b"}), (None, "text", {}), (None, {"j": [1]}, {})],
+    ],
+)
+def test_payload_decoding_paths_agree(messages: list[Any]) -> None:
+    from ledger import decode_payload, encode_payload, encode_value
+
+    rows = [
+        (i, None, encode_payload(key, encode_value(value), props, 1_795_000_000_000 + i))
+        for i, (key, value, props) in enumerate(messages)
+    ]
+    batch = _spark_path._batch(3, rows).to_pylist()
+    for row, (_, _, data) in zip(batch, rows, strict=True):
+        key, value, props, publish_ms = decode_payload(data)
+        assert row["key"] == key
+        assert (row["value"], row["value_json"]) == expected_columns(value)
+        assert dict(row["properties"]) == props
+        assert round(row["publish_time"].timestamp() * 1000) == publish_ms
+
+
+def test_vectorized_decoding_is_on() -> None:
+    from ledger import encode_payload, encode_value
+
+    payloads = pa.array([encode_payload(None, encode_value(b"abc"), {}, 1_795_000_000_000)])
+    decoded = _spark_path.decode_plain(payloads)
+    assert decoded is not None, "the ledger codec changed shape: update decode_plain"
+    assert decoded[0].to_pylist() == [b"abc"]
+    assert decoded[1].to_pylist() == [1_795_000_000_000]
+
+
 # -- planning -------------------------------------------------------------------------
 
 
