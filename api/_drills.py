@@ -48,13 +48,13 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ledger import EntryKind, ManagedLedger, Position, Store, TxnId, unpack
+from ledger import DB_FILE, EntryKind, ManagedLedger, Position, Store, TxnId, unpack
 from snapshots import full_replay, recover
 from txn_buffer import TxnBuffer
 
 from ._cli import add_command_group
 from ._config import EngineConfig
-from ._engine import DB_FILE, Engine
+from ._engine import Engine
 
 __all__ = ["BufferState", "TopicReplay", "drill_app", "replay_directory"]
 

@@ -36,6 +36,7 @@ from dispatcher import (
     parse_enum,
 )
 from ledger import (
+    DB_FILE,
     ClosedError,
     EngineError,
     EngineFailedError,
@@ -78,7 +79,6 @@ log = logging.getLogger("txnstream.engine")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 _REPLAY_CHUNK = 20_000
 _MAINTENANCE_INTERVAL = 1.0
-DB_FILE = "txnstream.db"
 
 
 def validate_name(name: Any, what: str = "topic") -> str:

@@ -22,7 +22,6 @@ from ledger import InvalidArgumentError, Position
 from ._engine import validate_name
 
 FORMAT = "txnstream"
-DB_FILE = "txnstream.db"
 
 # The DDL of the DataFrame schema; ARROW_SCHEMA is the same as Spark's
 # ``to_arrow_schema(schema, timezone="UTC")`` (a test checks they are equal).

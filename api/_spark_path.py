@@ -33,6 +33,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ledger import (
+    DB_FILE,
     CorruptEntryError,
     Position,
     decode_payload,
@@ -43,7 +44,6 @@ from ledger import (
 
 from ._spark_common import (
     BATCH_ROWS,
-    DB_FILE,
     READ_COMMITTED,
     TxnStreamSourceError,
     Window,

@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, decode_row, ms_to_datetime, now_ms
 from ._position import Position
+from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
     "EngineError",
     "EngineFailedError",
     "Entry",

@@ -6,6 +6,9 @@ import sqlite3
 
 SCHEMA_VERSION = 1
 
+DB_FILE = "txnstream.db"
+"""The name of the one SQLite file in a data directory."""
+
 # Every table lives in the same file, so one SQLite transaction (one group commit) can
 # carry data, markers, coordinator decisions and cursor updates atomically.
 _DDL_V1 = """

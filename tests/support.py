@@ -1,8 +1,9 @@
-"""Helpers shared by the engine and dispatcher tests: bounded waits, draining subscriptions."""
+"""The one support module of the tests: bounded waits, free ports, draining subscriptions."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +25,25 @@ async def wait_until(
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
     return time.monotonic() - started
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
+) -> Any:
+    """Poll ``condition()`` (synchronous) until truthy; fail after ``timeout`` s. Returns it."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+    return result
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:

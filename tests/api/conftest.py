@@ -12,11 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,26 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
+from support import free_port, wait_for
 
 from api._cli import _make_server
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.02) -> None:
-    """Poll ``condition()`` until true, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def _healthy(url: str) -> bool:
@@ -69,7 +52,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     server = _make_server(data, "127.0.0.1", port, log_level="warning")
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
+    wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
     assert server.started, "the live server failed to start"
     try:
         yield LiveServer(f"http://127.0.0.1:{port}", data)
@@ -130,7 +113,7 @@ class ServeProcess:
                 stderr=subprocess.STDOUT,
             )
         proc = self.proc
-        wait_until(
+        wait_for(
             lambda: proc.poll() is not None or _healthy(self.url), 30, "the server to be healthy"
         )
         assert proc.poll() is None, f"server exited early:\n{self.log()}"

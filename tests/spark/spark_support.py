@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -14,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
+from support import free_port, wait_for  # noqa: F401 - re-exported to the spark tests
 
 from api import Engine, EngineConfig, Transaction
 
@@ -112,24 +111,6 @@ async def populate_mixed(engine: Engine, topic: str) -> Transaction:
 
 # Small ledgers, so that a test topic spans several ledgers (several input partitions).
 LEDGER_ENTRIES = 40
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition()`` until truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass
