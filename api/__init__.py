@@ -1,10 +1,12 @@
-"""txnstream's public surface: the embedded :class:`Engine` and its configuration.
+"""txnstream's embedded surface: :class:`Engine`, its configuration, handles, value types
+and the one error tree rooted at :class:`EngineError`.
 
-Also re-exports the whole error tree rooted at :class:`EngineError`. Never imports
-FastAPI: the HTTP app lives in ``api._http`` and the CLI in ``api._cli``.
+Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpackages
+``api.http``, ``api.client``, ``api.cli`` and ``api.spark``, and use only what this
+module exports.
 """
 
-from dispatcher import Isolation, Message, SubscriptionType
+from dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
 from ledger import (
     AckConflictError,
     ClosedError,
@@ -28,23 +30,14 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    validate_name,
 )
 from txn_buffer import FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
-from ._engine import (
-    AbortedTxnRange,
-    Engine,
-    EngineState,
-    FetchedEntry,
-    FetchResult,
-    ProduceResult,
-    SubscriptionHandle,
-    Transaction,
-    validate_name,
-)
-
-Subscription = SubscriptionHandle
+from ._engine import Engine, EngineState, ProduceResult
+from ._handles import SubscriptionHandle, Transaction
+from ._stats import TopicStats
 
 __all__ = [
     "AbortedTxnRange",
@@ -64,7 +57,6 @@ __all__ = [
     "FinishResult",
     "IncompatibleSnapshotError",
     "InvalidArgumentError",
-    "Isolation",
     "LedgerError",
     "Message",
     "NotFoundError",
@@ -72,13 +64,12 @@ __all__ = [
     "Position",
     "ProduceResult",
     "SnapshotError",
-    "Subscription",
     "SubscriptionConflictError",
     "SubscriptionHandle",
     "SubscriptionNotFoundError",
-    "SubscriptionType",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicStats",
     "Transaction",
     "TxnId",
     "TxnInfo",

@@ -1,15 +1,14 @@
 """Engine: the embedded facade and composition root.
 
-The engine owns the store, every topic, the coordinator, every subscription and every
-background task (started through :meth:`Engine._spawn`, cancelled and awaited by
+The engine owns the store, every topic, the coordinator, the subscription registry and
+every background task (started through :meth:`Engine._spawn`, cancelled and awaited by
 :meth:`Engine.close`). Calls check the lifecycle state first: ``UNOPENED -> OPEN ->
 CLOSING -> CLOSED``, or ``FAILED`` when the store or a background task failed.
 
-Recovery on open: each topic's ledgers are reopened (a new ledger starts), its
-transaction buffer is rebuilt by replaying the ledger, the coordinator loads its
-transactions, and buffers are reconciled with the coordinator (an open transaction the
-coordinator does not hold open gets the marker of its decision, or ABORT if it has none).
-Nothing is dispatched or accepted until all of that is done.
+Work lives in the layers; this module wires it: recovery in :mod:`api._recovery`, the
+range fetch and subscriptions in :mod:`dispatcher`, snapshots in :mod:`snapshots`,
+retention and low-watermark upkeep in :mod:`api._maintenance`, statistics in
+:mod:`api._stats`, and the handles it returns in :mod:`api._handles`.
 """
 
 from __future__ import annotations
@@ -18,78 +17,49 @@ import asyncio
 import enum
 import itertools
 import logging
-import re
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from dispatcher import (
-    Cursor,
-    Isolation,
-    Message,
-    Subscription,
-    SubscriptionType,
-    parse_enum,
-)
+from dispatcher import FetchResult, Message, Subscription, SubscriptionRegistry, fetch
 from ledger import (
     DB_FILE,
+    Catalog,
     ClosedError,
-    EngineError,
     EngineFailedError,
-    EntryKind,
     FencedError,
     InvalidArgumentError,
     ManagedLedger,
     OutgoingMessage,
     Position,
     Store,
-    SubscriptionConflictError,
-    SubscriptionNotFoundError,
     TooLargeError,
     TopicNotFoundError,
     TxnId,
     WriteBatch,
     encode_value,
-    ms_to_datetime,
     now_ms,
-    unpack,
+    validate_name,
 )
-from snapshots import SnapshotState, is_due, prepare_snapshot, recover
-from txn_buffer import (
-    Coordinator,
-    FinishResult,
-    PendingAck,
-    ProducerState,
-    Topic,
-    TxnBuffer,
-    TxnInfo,
-    TxnRecord,
-    TxnState,
-)
+from snapshots import SnapshotState, is_due, prepare_delete_topic, prepare_snapshot
+from txn_buffer import Coordinator, FinishResult, PendingAck, Topic, TxnBuffer, TxnInfo, TxnRecord
 
 from ._config import EngineConfig, RetentionPolicy
+from ._handles import SubscriptionHandle, Transaction, TransactionScope
+from ._maintenance import prepare_low_watermark_aborts, retention_cut
 from ._metrics import EngineMetrics
+from ._recovery import load_topics, reconcile
+from ._stats import TopicStats, topic_stats
 
 log = logging.getLogger("txnstream.engine")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-_REPLAY_CHUNK = 20_000
 _MAINTENANCE_INTERVAL = 1.0
+_MAX_RECEIVE = 10_000
 
-
-def validate_name(name: Any, what: str = "topic") -> str:
-    """Check a topic or subscription name; raises :class:`InvalidArgumentError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise InvalidArgumentError(
-            f"invalid {what} name {name!r}: 1-200 characters of [A-Za-z0-9._-]"
-        )
-    if name.startswith("__"):
-        raise InvalidArgumentError(f"{what} names starting with '__' are reserved")
-    return name
+PositionsArg = Sequence[Position | str] | Position | str
 
 
 class EngineState(enum.Enum):
@@ -108,38 +78,6 @@ class ProduceResult:
 
     positions: list[Position]
     duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedEntry:
-    """A raw log entry returned by a range fetch (markers and aborted data included)."""
-
-    position: Position
-    kind: str
-    txn: str | None
-    key: str | None
-    value: Any
-    properties: dict[str, str]
-    publish_time: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxnRange:
-    """An aborted transaction with data in a fetched range."""
-
-    txn: str
-    first_position: Position
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """A range fetch: entries, the aborted transactions among them, where to go next."""
-
-    entries: list[FetchedEntry]
-    aborted: list[AbortedTxnRange]
-    next: Position
-    stable_position: Position | None
-    last_confirmed: Position | None
 
 
 def _check_message(
@@ -162,6 +100,20 @@ def _check_message(
     return key, packed, dict(properties)
 
 
+def _positions(positions: PositionsArg) -> list[Position]:
+    if isinstance(positions, Position | str):
+        return [Position.coerce(positions)]
+    if not isinstance(positions, Sequence):
+        raise InvalidArgumentError("positions must be a list")
+    return [Position.coerce(p) for p in positions]
+
+
+def _values(values: Sequence[Any]) -> Sequence[Any]:
+    if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
+        raise InvalidArgumentError("values must be a list")
+    return values
+
+
 class Engine:
     """An embedded txnstream engine over one data directory.
 
@@ -177,8 +129,8 @@ class Engine:
         self._failure: BaseException | None = None
         self._store: Store | None = None
         self._coordinator: Coordinator | None = None
+        self._subscriptions: SubscriptionRegistry | None = None
         self._topics: dict[str, Topic] = {}
-        self._subscriptions: dict[tuple[str, str], Subscription] = {}
         self._snapshots: dict[int, SnapshotState] = {}
         self._retention: dict[str, RetentionPolicy] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -206,20 +158,22 @@ class Engine:
         try:
             store.on_failure = self._fail
             store.on_flush = self.metrics.append_batch_size.observe
-            coordinator = Coordinator(
+            loaded = await load_topics(store, self.config)
+            self._topics, self._snapshots = loaded.topics, loaded.snapshots
+            self._retention = loaded.retention
+            subscriptions = self._subscriptions = SubscriptionRegistry(store)
+            coordinator = self._coordinator = Coordinator(
                 store,
                 self._topics.get,
                 default_timeout=self.config.default_txn_timeout,
                 max_timeout=self.config.max_txn_timeout,
                 ended_retention=self.config.ended_txn_retention,
             )
-            coordinator.ack_participant = self
+            coordinator.ack_participant = subscriptions
             coordinator.on_ended = self._on_txn_ended
-            self._coordinator = coordinator
-            await self._load_topics()
             await coordinator.load()
-            await self._load_subscriptions()
-            await self._reconcile()
+            await subscriptions.load({t.topic_id: t for t in self._topics.values()})
+            await store.write(reconcile(self._topics, coordinator, subscriptions))
         except BaseException:
             await store.close()
             raise
@@ -248,10 +202,7 @@ class Engine:
             self.coordinator.persist_open(batch)  # open transactions survive a clean close
             if batch:
                 self._store.submit(batch, wait=False)
-        for subscription in self._subscriptions.values():
-            subscription.closed = True  # waiting receivers leave with ClosedError
-        for topic in self._topics.values():
-            topic.notify()
+        self._wake_all()  # waiting receivers leave with ClosedError
         if self._store is not None:
             await self._store.close()
         self.state = EngineState.CLOSED
@@ -283,8 +234,11 @@ class Engine:
             return
         self._failure = exc
         self.state = EngineState.FAILED
-        for subscription in self._subscriptions.values():
-            subscription.closed = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        if self._subscriptions is not None:
+            self._subscriptions.close()
         for topic in self._topics.values():
             topic.notify()
 
@@ -309,100 +263,12 @@ class Engine:
             raise ClosedError("the engine is not open")
         return self._coordinator
 
-    # -- recovery ------------------------------------------------------------------
-
-    async def _load_topics(self) -> None:
-        store = self.store
-        rows = await store.read(
-            "SELECT topic_id, name, created_ms, retention FROM topics ORDER BY topic_id"
-        )
-
-        async def load(topic_id: int, name: str, created_ms: int, retention: bytes | None) -> None:
-            ledger = await ManagedLedger.open(
-                store,
-                topic_id,
-                max_entries=self.config.ledger_max_entries,
-                max_bytes=self.config.ledger_max_bytes,
-            )
-            buffer, recovery, snapshot = await recover(ledger)
-            ids = await store.read(
-                "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = ?),"
-                " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = ?)",
-                (topic_id, topic_id),
-            )
-            next_snapshot, next_segment = ids[0][0] + 1, ids[0][1] + 1
-            state = SnapshotState(next_snapshot_id=next_snapshot, next_segment_id=next_segment)
-            state.recovery = recovery
-            if snapshot is not None:
-                state.segments = list(snapshot.segments)
-                state.position = snapshot.position
-                state.has_snapshot = True
-            else:
-                state.purge_segments_below = next_segment
-            self._snapshots[topic_id] = state
-            if retention is not None:
-                self._retention[name] = RetentionPolicy.decode(retention)
-            producers = {}
-            for producer, last_seq, packed in await store.read(
-                "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?",
-                (topic_id,),
-            ):
-                first_seq, positions = unpack(packed)
-                producers[producer] = ProducerState(
-                    last_seq, first_seq, [Position.parse(p) for p in positions]
-                )
-            self._topics[name] = Topic(name, topic_id, ledger, buffer, producers, created_ms)
-
-        async with asyncio.TaskGroup() as group:
-            for topic_id, name, created_ms, retention in rows:
-                group.create_task(load(topic_id, name, created_ms, retention))
-
-    async def _load_subscriptions(self) -> None:
-        by_id = {topic.topic_id: topic for topic in self._topics.values()}
-        rows = await self.store.read(
-            "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
-        )
-        for topic_id, name, type_, isolation, cursor, created_ms in rows:
-            topic = by_id.get(topic_id)
-            if topic is None:
-                continue
-            self._subscriptions[(topic.name, name)] = Subscription(
-                topic,
-                name,
-                SubscriptionType(type_),
-                Isolation(isolation),
-                Cursor.decode(cursor),
-                created_ms,
-            )
-
-    async def _reconcile(self) -> None:
-        coordinator = self.coordinator
-        batch = WriteBatch()
-        for topic in self._topics.values():
-            for txn_id in list(topic.buffer.ongoing_txns):
-                try:
-                    record: TxnRecord | None = coordinator.get(txn_id)
-                except EngineError:
-                    record = None
-                if record is not None and record.state is TxnState.OPEN:
-                    coordinator.register_topic(batch, record, topic.name)
-                    continue
-                committed = record is not None and record.state is TxnState.COMMITTED
-                log.warning(
-                    "topic %s: redoing %s of transaction %s",
-                    topic.name,
-                    "commit" if committed else "abort",
-                    txn_id,
-                )
-                kind = EntryKind.COMMIT if committed else EntryKind.ABORT
-                topic.prepare_marker(batch, kind, txn_id)
-        for record in coordinator.open_records():
-            for ack in record.acks:
-                subscription = self._subscriptions.get((ack.topic, ack.subscription))
-                if subscription is not None:
-                    positions = [Position.parse(p) for p in ack.positions]
-                    subscription.hold_for_txn(positions, ack.cumulative, record.txn_id)
-        await self.store.write(batch)
+    @property
+    def subscriptions(self) -> SubscriptionRegistry:
+        """Every subscription of every topic."""
+        if self._subscriptions is None:
+            raise ClosedError("the engine is not open")
+        return self._subscriptions
 
     # -- background ----------------------------------------------------------------
 
@@ -410,17 +276,10 @@ class Engine:
         """Detach silent HTTP consumers; abort buffers' transactions below the watermark."""
         while True:
             await asyncio.sleep(_MAINTENANCE_INTERVAL)
-            now = time.monotonic()
-            for subscription in list(self._subscriptions.values()):
-                subscription.expire(now, self.config.consumer_expiry)
-            low_watermark = self.coordinator.low_watermark()
+            self.subscriptions.expire(time.monotonic(), self.config.consumer_expiry)
             batch = WriteBatch()
-            for topic in list(self._topics.values()):
-                for txn_id in topic.buffer.open_below(low_watermark):
-                    if not topic.has_prepared_data(txn_id):
-                        continue  # its marker is already on the way
-                    log.warning("topic %s: aborting %s below the low watermark", topic.name, txn_id)
-                    topic.prepare_marker(batch, EntryKind.ABORT, txn_id)
+            low_watermark = self.coordinator.low_watermark()
+            prepare_low_watermark_aborts(batch, list(self._topics.values()), low_watermark)
             if batch:
                 await self.store.write(batch)
 
@@ -443,105 +302,6 @@ class Engine:
                 for name in list(self._retention):
                     if name in self._topics:
                         await self._apply_retention(self._topics[name])
-
-    async def set_retention(
-        self,
-        topic: str,
-        *,
-        max_age: float | None = None,
-        max_bytes: int | None = None,
-        require_ack: bool = True,
-    ) -> None:
-        """Set ``topic``'s retention policy (None for both keeps everything)."""
-        owner = self._topic(topic)
-        try:
-            policy = RetentionPolicy(max_age, max_bytes, require_ack)
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgumentError(str(exc)) from None
-        batch = WriteBatch()
-        batch.add(
-            "UPDATE topics SET retention = ? WHERE topic_id = ?", (policy.encode(), owner.topic_id)
-        )
-        await self.store.write(batch)
-        self._retention[topic] = policy
-
-    async def apply_retention(self, topic: str) -> int:
-        """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
-        return await self._apply_retention(self._topic(topic))
-
-    async def _apply_retention(self, topic: Topic) -> int:
-        policy = self._retention.get(topic.name)
-        stable = topic.buffer.max_read_position
-        if policy is None or stable is None:
-            return 0
-        ledgers = topic.ledger.ledgers
-        now = now_ms()
-        acked: Position | None = stable
-        if policy.require_ack:
-            for (name, _), sub in self._subscriptions.items():
-                if name == topic.name:
-                    md = sub.cursor.mark_delete
-                    if md is None:
-                        return 0
-                    acked = md if acked is None or md < acked else acked
-        total = sum(info.bytes for info in ledgers)
-        upto: int | None = None
-        for info, following in itertools.pairwise(ledgers):
-            if not info.sealed:
-                break
-            last = Position(info.ledger_id, info.entries - 1) if info.entries else None
-            if last is not None and (acked is None or last > acked or last > stable):
-                break
-            too_old = (
-                policy.max_age is not None and following.created_ms < now - policy.max_age * 1000
-            )
-            too_big = policy.max_bytes is not None and total > policy.max_bytes
-            if not (too_old or too_big):
-                break
-            total -= info.bytes
-            upto = info.ledger_id
-        if upto is None:
-            return 0
-        batch = WriteBatch()
-        removed = topic.ledger.prepare_trim(batch, upto)
-        first = topic.ledger.first_position()
-        if first is not None:
-            topic.buffer.prune_aborted_before(first)
-        state = self._snapshots.get(topic.topic_id)
-        if state is not None:
-            prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
-        await self.store.write(batch)
-        log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
-        return removed
-
-    def _retention_stats(self, name: str) -> dict[str, Any] | None:
-        policy = self._retention.get(name)
-        if policy is None:
-            return None
-        return {
-            "max_age": policy.max_age,
-            "max_bytes": policy.max_bytes,
-            "require_ack": policy.require_ack,
-        }
-
-    async def take_snapshot(self, topic: str) -> dict[str, Any]:
-        """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
-        owner = self._topic(topic)
-        state = self._snapshots[owner.topic_id]
-        batch = WriteBatch()
-        size = prepare_snapshot(batch, owner, state)
-        await self.store.write(batch)
-        buffer = owner.buffer
-        return {
-            "topic": topic,
-            "position": _str(buffer.last_confirmed),
-            "stable_position": _str(buffer.max_read_position),
-            "open_txns": {str(t): str(o.first) for t, o in buffer.ongoing_txns.items()},
-            "aborted_txns": len(buffer.aborted_txns),
-            "segments": len(state.segments),
-            "bytes_written": size,
-            "snapshot_bytes": state.size,
-        }
 
     def _on_txn_ended(self, record: TxnRecord, committed: bool) -> None:
         if committed:
@@ -570,19 +330,10 @@ class Engine:
             if name in self._topics:
                 return False
             store = self.store
-            rows = await store.read("SELECT coalesce(max(topic_id), -1) FROM topics")
-            meta = await store.read("SELECT value FROM meta WHERE key = 'next_topic_id'")
-            topic_id = max(int(rows[0][0]) + 1, int(meta[0][0]) if meta else 0)
+            topic_id = await Catalog(store).next_topic_id()
             created = now_ms()
             batch = WriteBatch()
-            batch.add(
-                "INSERT INTO topics (topic_id, name, created_ms) VALUES (?, ?, ?)",
-                (topic_id, name, created),
-            )
-            batch.add(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)",
-                (topic_id + 1,),
-            )
+            Catalog.prepare_create_topic(batch, topic_id, name, created)
             ledger = ManagedLedger.create(
                 store,
                 batch,
@@ -605,87 +356,94 @@ class Engine:
         async with self._admin_lock:
             topic = self._topic(name)
             batch = WriteBatch()
-            for table in (
-                "entries",
-                "ledgers",
-                "snapshot_segments",
-                "aborted_txns",
-                "producers",
-                "subscriptions",
-                "snapshots",
-                "topics",
-            ):
-                batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic.topic_id,))
+            Catalog.prepare_delete_topic(batch, topic.topic_id)
+            prepare_delete_topic(batch, topic.topic_id)
+            SubscriptionRegistry.prepare_delete_topic(batch, topic.topic_id)
             self.coordinator.forget(batch, name)
             await self.store.write(batch)
             topic.deleted = True
             del self._topics[name]
             self._snapshots.pop(topic.topic_id, None)
             self._retention.pop(name, None)
-            for key in [k for k in self._subscriptions if k[0] == name]:
-                self._subscriptions.pop(key).deleted = True
+            self.subscriptions.remove_topic(name)
             topic.notify()
+
+    async def topic_stats(self, name: str) -> TopicStats:
+        """``name``'s statistics as a typed value."""
+        topic = self._topic(name)
+        started = [r.created_ms for r in self.coordinator.open_records() if name in r.topics]
+        return await topic_stats(
+            topic,
+            self.subscriptions.of_topic(name),
+            self._snapshots.get(topic.topic_id),
+            self._retention.get(name),
+            min(started) if started else None,
+        )
 
     async def stats(self, name: str) -> dict[str, Any]:
         """The HTTP stats body of a topic, as a dict."""
-        topic = self._topic(name)
-        buffer = topic.buffer
-        subscriptions: dict[str, Any] = {}
-        for (topic_name, sub_name), sub in list(self._subscriptions.items()):
-            if topic_name != name:
-                continue
-            md = sub.cursor.mark_delete
-            subscriptions[sub_name] = {
-                "type": str(sub.type),
-                "isolation": str(sub.isolation),
-                "backlog": await sub.backlog(),
-                "mark_delete": None if md is None else str(md),
-                "consumers": list(sub.consumers),
-            }
+        return (await self.topic_stats(name)).as_dict()
+
+    async def set_retention(
+        self,
+        topic: str,
+        *,
+        max_age: float | None = None,
+        max_bytes: int | None = None,
+        require_ack: bool = True,
+    ) -> None:
+        """Set ``topic``'s retention policy (None for both keeps everything)."""
+        owner = self._topic(topic)
+        try:
+            policy = RetentionPolicy(max_age, max_bytes, require_ack)
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        batch = WriteBatch()
+        Catalog.prepare_retention(batch, owner.topic_id, policy.encode())
+        await self.store.write(batch)
+        self._retention[topic] = policy
+
+    async def apply_retention(self, topic: str) -> int:
+        """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
+        return await self._apply_retention(self._topic(topic))
+
+    async def _apply_retention(self, topic: Topic) -> int:
+        policy = self._retention.get(topic.name)
+        if policy is None:
+            return 0
+        upto = retention_cut(topic, policy, self.subscriptions.of_topic(topic.name))
+        if upto is None:
+            return 0
+        batch = WriteBatch()
+        removed = topic.ledger.prepare_trim(batch, upto)
+        first = topic.ledger.first_position()
+        if first is not None:
+            topic.buffer.prune_aborted_before(first)
+        state = self._snapshots.get(topic.topic_id)
+        if state is not None:
+            prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
+        await self.store.write(batch)
+        log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
+        return removed
+
+    async def take_snapshot(self, topic: str) -> dict[str, Any]:
+        """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
+        owner = self._topic(topic)
+        state = self._snapshots[owner.topic_id]
+        batch = WriteBatch()
+        size = prepare_snapshot(batch, owner, state)
+        await self.store.write(batch)
+        buffer = owner.buffer
         lac, stable = buffer.last_confirmed, buffer.max_read_position
         return {
-            "topic": name,
-            "last_confirmed": None if lac is None else str(lac),
+            "topic": topic,
+            "position": None if lac is None else str(lac),
             "stable_position": None if stable is None else str(stable),
-            "open_txns": len(buffer.ongoing_txns),
+            "open_txns": {str(t): str(o.first) for t, o in buffer.ongoing_txns.items()},
             "aborted_txns": len(buffer.aborted_txns),
-            "ledgers": len(topic.ledger.ledgers),
-            "entries": topic.ledger.count_between(None, lac),
-            "oldest_open_txn_started_at": self._oldest_open_txn(name),
-            "snapshot": self._snapshot_stats(topic),
-            "recovery": self._recovery_stats(topic),
-            "retention": self._retention_stats(name),
-            "subscriptions": subscriptions,
-        }
-
-    def _oldest_open_txn(self, topic: str) -> str | None:
-        started = [
-            record.created_ms
-            for record in self.coordinator.open_records()
-            if topic in record.topics
-        ]
-        return ms_to_datetime(min(started)).isoformat() if started else None
-
-    def _snapshot_stats(self, topic: Topic) -> dict[str, Any] | None:
-        state = self._snapshots.get(topic.topic_id)
-        if state is None or not state.has_snapshot or state.taken_ms is None:
-            return None
-        return {
-            "position": _str(state.position),
-            "taken_at": ms_to_datetime(state.taken_ms).isoformat(),
-            "size_bytes": state.size,
             "segments": len(state.segments),
-        }
-
-    def _recovery_stats(self, topic: Topic) -> dict[str, Any] | None:
-        state = self._snapshots.get(topic.topic_id)
-        if state is None or state.recovery is None:
-            return None
-        info = state.recovery
-        return {
-            "from_snapshot": info.from_snapshot,
-            "entries_replayed": info.entries_replayed,
-            "seconds": round(info.seconds, 6),
+            "bytes_written": size,
+            "snapshot_bytes": state.size,
         }
 
     # -- producing -----------------------------------------------------------------
@@ -715,13 +473,22 @@ class Engine:
             isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
         ):
             raise InvalidArgumentError("sequence must be a non-negative integer")
-        future = await self._append(topic, messages, txn, producer, sequence, wait=True)
-        if isinstance(future, ProduceResult):
-            return future
-        positions, done = future
-        assert done is not None
+        result = await self._append(topic, messages, txn, producer, sequence, wait=True)
+        if isinstance(result, ProduceResult):
+            return result
+        positions, done = result
+        assert done is not None  # wait=True always hands back the batch's future
         await done
         return ProduceResult(positions, False)
+
+    async def send_in_txn(
+        self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId
+    ) -> list[Position]:
+        """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
+        them durable)."""
+        result = await self._append(topic, messages, txn, None, None, wait=False)
+        assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
+        return result[0]
 
     async def _append(
         self,
@@ -785,10 +552,8 @@ class Engine:
         self, topic: str, values: Sequence[Any], *, key: str | None = None
     ) -> list[Position]:
         """Append several messages as one atomic, durable batch."""
-        if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
-            raise InvalidArgumentError("values must be a list")
-        result = await self.produce(topic, [OutgoingMessage(v, key) for v in values])
-        return result.positions
+        messages = [OutgoingMessage(v, key) for v in _values(values)]
+        return (await self.produce(topic, messages)).positions
 
     # -- transactions --------------------------------------------------------------
 
@@ -821,9 +586,9 @@ class Engine:
         timeout: float | None = None,
         transactional_id: str | None = None,
         label: str | None = None,
-    ) -> _TransactionScope:
+    ) -> TransactionScope:
         """``async with engine.transaction() as txn``: commit on exit, abort on exception."""
-        return _TransactionScope(self, timeout, transactional_id, label)
+        return TransactionScope(self, timeout, transactional_id, label)
 
     async def commit(self, txn: TxnId | str) -> TxnInfo:
         """Commit; returns once the decision and every topic's marker are durable."""
@@ -876,31 +641,11 @@ class Engine:
             self.metrics.fenced_requests.inc()
             raise
 
-    def prepare_txn_end(self, batch: WriteBatch, record: TxnRecord, committed: bool) -> None:
-        """Apply (commit) or release (abort) ``record``'s transactional acks into ``batch``."""
-        grouped: dict[tuple[str, str], list[tuple[list[Position], bool]]] = {}
-        for ack in record.acks:
-            positions = [Position.parse(p) for p in ack.positions]
-            grouped.setdefault((ack.topic, ack.subscription), []).append(
-                (positions, ack.cumulative)
-            )
-        for key, acks in grouped.items():
-            subscription = self._subscriptions.get(key)
-            if subscription is None:
-                continue
-            subscription.release_txn(record.txn_id, committed, acks)
-            if committed:
-                subscription.prepare_cursor_write(batch)
-
     # -- subscriptions -------------------------------------------------------------
 
     def _subscription(self, topic: str, name: str) -> Subscription:
         self._topic(topic)
-        subscription = self._subscriptions.get((topic, name))
-        if subscription is None:
-            validate_name(name, "subscription")
-            raise SubscriptionNotFoundError(f"subscription {name!r} not found on topic {topic!r}")
-        return subscription
+        return self.subscriptions.get(topic, name)
 
     async def create_subscription(
         self,
@@ -916,33 +661,14 @@ class Engine:
         Raises :class:`SubscriptionConflictError` if it exists with other settings.
         """
         validate_name(name, "subscription")
-        sub_type = parse_enum(SubscriptionType, type, "subscription type")
-        sub_isolation = parse_enum(Isolation, isolation, "isolation")
-        if initial_position not in ("earliest", "latest"):
-            raise InvalidArgumentError("initial_position must be 'earliest' or 'latest'")
         async with self._admin_lock:
-            owner = self._topic(topic)
-            existing = self._subscriptions.get((topic, name))
-            if existing is not None:
-                if existing.type is not sub_type or existing.isolation is not sub_isolation:
-                    raise SubscriptionConflictError(
-                        f"subscription {name!r} exists as {existing.type}/{existing.isolation}"
-                    )
-                return False
-            mark_delete = owner.buffer.last_confirmed if initial_position == "latest" else None
-            cursor = Cursor(mark_delete)
-            created = now_ms()
-            batch = WriteBatch()
-            batch.add(
-                "INSERT INTO subscriptions (topic_id, name, type, isolation, cursor, created_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (owner.topic_id, name, str(sub_type), str(sub_isolation), cursor.encode(), created),
+            return await self.subscriptions.create(
+                self._topic(topic),
+                name,
+                type=type,
+                initial_position=initial_position,
+                isolation=isolation,
             )
-            await self.store.write(batch)
-            self._subscriptions[(topic, name)] = Subscription(
-                owner, name, sub_type, sub_isolation, cursor, created
-            )
-            return True
 
     async def subscribe(
         self,
@@ -957,10 +683,16 @@ class Engine:
         await self.create_subscription(
             topic, name, type=type, initial_position=initial_position, isolation=isolation
         )
-        subscription = self._subscription(topic, name)
         consumer = f"consumer-{next(self._consumer_ids)}"
-        subscription.attach(consumer, expires=False)
+        self._subscription(topic, name).attach(consumer, expires=False)
         return SubscriptionHandle(self, topic, name, consumer)
+
+    def detach(self, topic: str, subscription: str, consumer: str) -> None:
+        """Detach ``consumer``; its unacknowledged messages go to others."""
+        if self._subscriptions is not None and (
+            sub := self._subscriptions.find(topic, subscription)
+        ):
+            sub.detach(consumer)
 
     async def receive(
         self,
@@ -977,8 +709,8 @@ class Engine:
         Attaches the consumer (an ``expires`` consumer is detached after
         ``consumer_expiry`` seconds without polling).
         """
-        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= 10_000:
-            raise InvalidArgumentError("max must be an integer in 1..10000")
+        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= _MAX_RECEIVE:
+            raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
         if not isinstance(consumer, str) or not consumer or len(consumer) > 200:
@@ -998,7 +730,7 @@ class Engine:
         self,
         topic: str,
         subscription: str,
-        positions: Sequence[Position | str] | Position | str,
+        positions: PositionsArg,
         *,
         cumulative: bool = False,
         txn: TxnId | str | None = None,
@@ -1022,9 +754,7 @@ class Engine:
         await self.store.write(batch)
         return len(parsed)
 
-    async def nack(
-        self, topic: str, subscription: str, positions: Sequence[Position | str] | Position | str
-    ) -> None:
+    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``."""
         self._subscription(topic, subscription).nack(_positions(positions))
 
@@ -1044,15 +774,10 @@ class Engine:
         async with self._admin_lock:
             sub = self._subscription(topic, subscription)
             batch = WriteBatch()
-            batch.add(
-                "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
-                (sub.topic.topic_id, subscription),
-            )
+            self.subscriptions.prepare_delete(batch, sub)
             self.coordinator.forget(batch, topic, subscription)
             await self.store.write(batch)
-            del self._subscriptions[(topic, subscription)]
-            sub.deleted = True
-            sub.topic.notify()
+            self.subscriptions.remove(sub)
 
     # -- range fetch ---------------------------------------------------------------
 
@@ -1069,61 +794,7 @@ class Engine:
         read_committed returns entries at or below the stable position; ``aborted``
         names exactly the aborted transactions with data entries in the result.
         """
-        owner = self._topic(topic)
-        level = parse_enum(Isolation, isolation, "isolation")
-        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= 10_000:
-            raise InvalidArgumentError("max must be an integer in 1..10000")
-        buffer = owner.buffer
-        first = owner.ledger.first_position() or Position(0, 0)
-        begin = first if start is None or start == "earliest" else Position.coerce(start)
-        begin = max_position(begin, first)
-        limit = (
-            buffer.max_read_position if level is Isolation.READ_COMMITTED else buffer.last_confirmed
-        )
-        stable, lac = buffer.max_read_position, buffer.last_confirmed
-        if limit is None or begin > limit:
-            return FetchResult([], [], begin, stable, lac)
-        entries = await owner.ledger.read(begin, limit, max)
-        aborted: dict[TxnId, Position] = {}
-        fetched = []
-        for entry in entries:
-            txn_id = entry.txn_id
-            if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
-                info = buffer.aborted_txns.get(txn_id)
-                if info is not None:
-                    aborted[txn_id] = info.first
-            fetched.append(
-                FetchedEntry(
-                    entry.position,
-                    entry.kind.label,
-                    None if txn_id is None else str(txn_id),
-                    entry.key,
-                    entry.value,
-                    entry.properties,
-                    ms_to_datetime(entry.publish_time),
-                )
-            )
-        last = entries[-1].position if entries else limit
-        return FetchResult(
-            fetched,
-            [AbortedTxnRange(str(t), p) for t, p in aborted.items()],
-            Position(last.ledger_id, last.entry_id + 1),
-            stable,
-            lac,
-        )
-
-
-def max_position(a: Position, b: Position) -> Position:
-    """The later of two positions."""
-    return a if a >= b else b
-
-
-def _positions(positions: Sequence[Position | str] | Position | str) -> list[Position]:
-    if isinstance(positions, Position | str):
-        return [Position.coerce(positions)]
-    if not isinstance(positions, Sequence):
-        raise InvalidArgumentError("positions must be a list")
-    return [Position.coerce(p) for p in positions]
+        return await fetch(self._topic(topic), start, max=max, isolation=isolation)
 
 
 class _EngineOpener:
@@ -1149,168 +820,3 @@ class _EngineOpener:
         tb: TracebackType | None,
     ) -> None:
         await self._engine.close()
-
-
-class Transaction:
-    """A handle on one transaction: send, ack, commit, abort."""
-
-    def __init__(self, engine: Engine, txn_id: TxnId) -> None:
-        self._engine = engine
-        self.txn_id = txn_id
-        self.id = str(txn_id)
-
-    def __repr__(self) -> str:
-        return f"<Transaction {self.id}>"
-
-    async def send(
-        self,
-        topic: str,
-        value: Any,
-        *,
-        key: str | None = None,
-        properties: dict[str, str] | None = None,
-    ) -> Position:
-        """Append one message to ``topic`` in this transaction (pipelined).
-
-        Durable at the latest when :meth:`commit` returns.
-        """
-        (position,) = await self.send_messages(
-            topic, [OutgoingMessage(value, key, properties or {})]
-        )
-        return position
-
-    async def send_many(
-        self, topic: str, values: Sequence[Any], *, key: str | None = None
-    ) -> list[Position]:
-        """Append several messages to ``topic`` in this transaction (pipelined)."""
-        if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
-            raise InvalidArgumentError("values must be a list")
-        return await self.send_messages(topic, [OutgoingMessage(v, key) for v in values])
-
-    async def send_messages(
-        self, topic: str, messages: Sequence[OutgoingMessage]
-    ) -> list[Position]:
-        """Append prepared messages (with keys and properties) in this transaction."""
-        engine = self._engine
-        result = await engine._append(topic, messages, self.txn_id, None, None, wait=False)
-        assert not isinstance(result, ProduceResult)
-        return result[0]
-
-    async def ack(
-        self,
-        topic: str,
-        subscription: str,
-        positions: Sequence[Position | str] | Position | str,
-        *,
-        cumulative: bool = False,
-    ) -> int:
-        """Acknowledge on ``subscription`` when this transaction commits."""
-        return await self._engine.ack(
-            topic, subscription, positions, cumulative=cumulative, txn=self.txn_id
-        )
-
-    async def commit(self) -> None:
-        """Commit: every send and ack of this transaction takes effect atomically."""
-        await self._engine.commit(self.txn_id)
-
-    async def abort(self) -> None:
-        """Abort: nothing of this transaction is ever delivered."""
-        await self._engine.abort(self.txn_id)
-
-    async def info(self) -> TxnInfo:
-        """The transaction's current state."""
-        return await self._engine.get_transaction(self.txn_id)
-
-
-class _TransactionScope:
-    def __init__(
-        self,
-        engine: Engine,
-        timeout: float | None,
-        transactional_id: str | None,
-        label: str | None,
-    ) -> None:
-        self._engine = engine
-        self._args = (timeout, transactional_id, label)
-        self._txn: Transaction | None = None
-
-    async def __aenter__(self) -> Transaction:
-        timeout, transactional_id, label = self._args
-        self._txn = await self._engine.begin(
-            timeout=timeout, transactional_id=transactional_id, label=label
-        )
-        return self._txn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._txn is not None
-        if exc_type is None:
-            await self._txn.commit()
-            return
-        record = self._engine.coordinator.get(self._txn.txn_id)
-        if record.state is TxnState.OPEN and not record.fenced:
-            await self._txn.abort()
-
-
-class SubscriptionHandle:
-    """One consumer attached to a subscription (the embedded ``subscribe`` result).
-
-    Also an async iterator: ``async for msg in sub`` receives forever.
-    """
-
-    def __init__(self, engine: Engine, topic: str, name: str, consumer: str) -> None:
-        self._engine = engine
-        self.topic = topic
-        self.name = name
-        self.consumer = consumer
-        self._closed = False
-        self._buffer: list[Message] = []
-
-    async def receive(self, max: int = 100, timeout: float = 0.0) -> list[Message]:
-        """Up to ``max`` messages, as soon as one is deliverable; ``[]`` after ``timeout``."""
-        if self._closed:
-            raise ClosedError("this consumer was closed")
-        return await self._engine.receive(
-            self.topic, self.name, consumer=self.consumer, max=max, timeout=timeout, expires=False
-        )
-
-    async def ack(
-        self, positions: Sequence[Position | str] | Position | str, *, cumulative: bool = False
-    ) -> int:
-        """Acknowledge positions (or everything at or below one, with ``cumulative``)."""
-        return await self._engine.ack(self.topic, self.name, positions, cumulative=cumulative)
-
-    async def nack(self, positions: Sequence[Position | str] | Position | str) -> None:
-        """Ask for redelivery of delivered, unacknowledged positions."""
-        await self._engine.nack(self.topic, self.name, positions)
-
-    async def seek(self, position: Position | str) -> None:
-        """Move the cursor (``"earliest"``, ``"latest"`` or a position)."""
-        await self._engine.seek(self.topic, self.name, position)
-
-    async def close(self) -> None:
-        """Detach this consumer; its unacknowledged messages go to others."""
-        if self._closed:
-            return
-        self._closed = True
-        subscription = self._engine._subscriptions.get((self.topic, self.name))
-        if subscription is not None:
-            subscription.detach(self.consumer)
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self
-
-    async def __anext__(self) -> Message:
-        while not self._buffer:
-            if self._closed:
-                raise StopAsyncIteration
-            self._buffer = await self.receive(max=100, timeout=3600.0)
-        return self._buffer.pop(0)
-
-
-def _str(position: Position | None) -> str | None:
-    return None if position is None else str(position)

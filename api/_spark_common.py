@@ -19,7 +19,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ledger import InvalidArgumentError, Position
 
-from ._engine import validate_name
+from api import validate_name
 
 FORMAT = "txnstream"
 

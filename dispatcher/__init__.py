@@ -1,14 +1,24 @@
-"""Subscriptions, cursors and consumers: in-order delivery below the stable position."""
+"""Subscriptions, cursors and consumers: in-order delivery below the stable position.
+
+Also the range fetch for stateless readers (raw entries plus the aborted list).
+"""
 
 from ._cursor import Cursor
+from ._fetch import AbortedTxnRange, FetchedEntry, FetchResult, fetch
+from ._registry import SubscriptionRegistry
 from ._subscription import Consumer, Isolation, Message, Subscription, SubscriptionType, parse_enum
 
 __all__ = [
+    "AbortedTxnRange",
     "Consumer",
     "Cursor",
+    "FetchResult",
+    "FetchedEntry",
     "Isolation",
     "Message",
     "Subscription",
+    "SubscriptionRegistry",
     "SubscriptionType",
+    "fetch",
     "parse_enum",
 ]

@@ -524,24 +524,7 @@ class Subscription:
         if start > limit:
             return 0
         aborted = [a.txn_id.seq for a in self.topic.buffer.aborted_in_range(start, limit)]
-        acked = [(p.ledger_id << 32) | p.entry_id for p in self.cursor.acked if p <= limit]
-        rows = await self.topic.ledger.store.read(
-            "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
-            " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
-            " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
-            " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))",
-            (
-                self.topic.topic_id,
-                start.ledger_id,
-                start.entry_id,
-                limit.ledger_id,
-                limit.entry_id,
-                _json_ints(aborted),
-                _json_ints(acked),
-            ),
+        acked = [p for p in self.cursor.acked if p <= limit]
+        return await self.topic.ledger.count_data(
+            start, limit, except_txns=aborted, except_positions=acked
         )
-        return int(rows[0][0])
-
-
-def _json_ints(values: list[int]) -> str:
-    return "[" + ",".join(map(str, values)) + "]"

@@ -3,6 +3,7 @@
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
+from ._catalog import TOPIC_TABLES, Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import decode_payload, encode_payload, encode_value, pack, unpack
 from ._entry import Entry, EntryKind, Marker, OutgoingMessage, TxnId
 from ._errors import (
@@ -32,6 +33,10 @@ from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 
 __all__ = [
+    "TOPIC_TABLES",
+    "Catalog",
+    "ProducerRow",
+    "TopicRow",
     "AckConflictError",
     "ClosedError",
     "ConflictError",
@@ -71,4 +76,5 @@ __all__ = [
     "now_ms",
     "pack",
     "unpack",
+    "validate_name",
 ]

@@ -342,6 +342,36 @@ class ManagedLedger:
         )
         return [decode_row(row) for row in rows]
 
+    async def count_data(
+        self,
+        start: Position,
+        end: Position,
+        *,
+        except_txns: Sequence[int] = (),
+        except_positions: Sequence[Position] = (),
+    ) -> int:
+        """Data entries with ``start <= position <= end``, leaving out the given
+        transactions (by sequence number) and positions; one query, no payloads read."""
+        if end < start:
+            return 0
+        skip = [(p.ledger_id << 32) | p.entry_id for p in except_positions]
+        rows = await self.store.read(
+            "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
+            " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+            " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
+            " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))",
+            (
+                self.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                _json_ints(except_txns),
+                _json_ints(skip),
+            ),
+        )
+        return int(rows[0][0])
+
     async def read_meta(self, start: Position, limit: int) -> list[EntryMeta]:
         """Kinds and transactions of entries from ``start`` on (replay needs no payloads)."""
         rows = await self.store.read(
@@ -355,3 +385,7 @@ class ManagedLedger:
             )
             for ledger_id, entry_id, kind, txn in rows
         ]
+
+
+def _json_ints(values: Sequence[int]) -> str:
+    return "[" + ",".join(map(str, values)) + "]"

@@ -2,7 +2,7 @@
 
 from ._model import FORMAT_VERSION, SEGMENT_SIZE, SegmentRef, TxnBufferSnapshot
 from ._replay import RecoveryInfo, full_replay, recover, replay
-from ._store import SnapshotState, is_due, prepare_snapshot
+from ._store import SnapshotState, is_due, prepare_delete_topic, prepare_snapshot, recover_topic
 
 __all__ = [
     "FORMAT_VERSION",
@@ -13,7 +13,9 @@ __all__ = [
     "TxnBufferSnapshot",
     "full_replay",
     "is_due",
+    "prepare_delete_topic",
     "prepare_snapshot",
     "recover",
+    "recover_topic",
     "replay",
 ]

@@ -13,8 +13,8 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from ledger import Position, WriteBatch, now_ms
-from txn_buffer import AbortedTxn, Topic
+from ledger import ManagedLedger, Position, WriteBatch, now_ms
+from txn_buffer import AbortedTxn, Topic, TxnBuffer
 
 from ._model import (
     FORMAT_VERSION,
@@ -24,7 +24,7 @@ from ._model import (
     encode_aborted,
     seal,
 )
-from ._replay import RecoveryInfo
+from ._replay import RecoveryInfo, recover
 
 _KEEP = 2
 
@@ -148,3 +148,29 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
 
     batch.on_durable(durable)
     return written
+
+
+async def recover_topic(ledger: ManagedLedger) -> tuple[TxnBuffer, SnapshotState]:
+    """Rebuild a topic's buffer (snapshot + tail, else full replay) and its bookkeeping."""
+    buffer, recovery, snapshot = await recover(ledger)
+    rows = await ledger.store.read(
+        "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = ?),"
+        " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = ?)",
+        (ledger.topic_id, ledger.topic_id),
+    )
+    next_snapshot, next_segment = rows[0][0] + 1, rows[0][1] + 1
+    state = SnapshotState(next_snapshot_id=next_snapshot, next_segment_id=next_segment)
+    state.recovery = recovery
+    if snapshot is not None:
+        state.segments = list(snapshot.segments)
+        state.position = snapshot.position
+        state.has_snapshot = True
+    else:
+        state.purge_segments_below = next_segment  # segments of unusable snapshots go
+    return buffer, state
+
+
+def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:
+    """Add the deletion of a topic's snapshots and segments to ``batch``."""
+    for table in ("snapshot_segments", "snapshots"):
+        batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic_id,))

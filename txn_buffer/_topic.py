@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ledger import (
+    Catalog,
     EntryKind,
     ManagedLedger,
     Position,
@@ -21,20 +22,11 @@ from ledger import (
     encode_payload,
     encode_value,
     now_ms,
-    pack,
 )
 
 from ._buffer import TxnBuffer
 
 _MARKER_VALUE = encode_value(None)
-_INSERT_ABORTED = (
-    "INSERT OR REPLACE INTO aborted_txns (topic_id, txn, first_ledger, first_entry, last_ledger,"
-    " last_entry, marker_ledger, marker_entry, stable_ledger, stable_entry)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_UPSERT_PRODUCER = (
-    "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions) VALUES (?, ?, ?, ?)"
-)
 
 
 @dataclass(slots=True)
@@ -125,21 +117,14 @@ class Topic:
         span = self._txn_spans.pop(txn_id, None)
         if kind is EntryKind.ABORT and span is not None:
             first, last = span
-            stable = self.buffer.max_read_position
-            batch.add(
-                _INSERT_ABORTED,
-                (
-                    self.topic_id,
-                    txn_id.seq,
-                    first.ledger_id,
-                    first.entry_id,
-                    last.ledger_id,
-                    last.entry_id,
-                    position.ledger_id,
-                    position.entry_id,
-                    None if stable is None else stable.ledger_id,
-                    None if stable is None else stable.entry_id,
-                ),
+            Catalog.prepare_aborted(
+                batch,
+                self.topic_id,
+                txn_id.seq,
+                first,
+                last,
+                position,
+                self.buffer.max_read_position,
             )
             self.ledger.mark_has_aborts(batch, position.ledger_id)
 
@@ -176,7 +161,4 @@ class Topic:
         """Remember the producer's batch (durable with the batch's data)."""
         last_seq = sequence + len(positions) - 1
         self.producers[producer] = ProducerState(last_seq, sequence, positions)
-        batch.add(
-            _UPSERT_PRODUCER,
-            (self.topic_id, producer, last_seq, pack([sequence, [str(p) for p in positions]])),
-        )
+        Catalog.prepare_producer(batch, self.topic_id, producer, sequence, positions)

@@ -25,7 +25,7 @@ async def test_a_large_open_transaction_is_neither_buffered_nor_queued(data_dir:
         assert len(buffer.ongoing_txns) == 1
         assert await sub.receive(max=10, timeout=0) == []
         await txn.commit()
-        subscription = engine._subscriptions[("t", "s")]
+        subscription = engine.subscriptions.get("t", "s")
         received = 0
         while batch := await sub.receive(max=1000, timeout=0):
             received += len(batch)

@@ -1,0 +1,175 @@
+"""Handles the embedded API hands out: a :class:`Transaction` and a consumer's
+:class:`SubscriptionHandle`. Both are thin: every call goes through the :class:`Engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from dispatcher import Message
+from ledger import ClosedError, InvalidArgumentError, OutgoingMessage, Position, TxnId
+from txn_buffer import TxnInfo, TxnState
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+
+class Transaction:
+    """A handle on one transaction: send, ack, commit, abort."""
+
+    def __init__(self, engine: Engine, txn_id: TxnId) -> None:
+        self._engine = engine
+        self.txn_id = txn_id
+        self.id = str(txn_id)
+
+    def __repr__(self) -> str:
+        return f"<Transaction {self.id}>"
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> Position:
+        """Append one message to ``topic`` in this transaction (pipelined).
+
+        Durable at the latest when :meth:`commit` returns.
+        """
+        (position,) = await self.send_messages(
+            topic, [OutgoingMessage(value, key, properties or {})]
+        )
+        return position
+
+    async def send_many(
+        self, topic: str, values: Sequence[Any], *, key: str | None = None
+    ) -> list[Position]:
+        """Append several messages to ``topic`` in this transaction (pipelined)."""
+        if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
+            raise InvalidArgumentError("values must be a list")
+        return await self.send_messages(topic, [OutgoingMessage(v, key) for v in values])
+
+    async def send_messages(
+        self, topic: str, messages: Sequence[OutgoingMessage]
+    ) -> list[Position]:
+        """Append prepared messages (with keys and properties) in this transaction."""
+        return await self._engine.send_in_txn(topic, messages, self.txn_id)
+
+    async def ack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: Sequence[Position | str] | Position | str,
+        *,
+        cumulative: bool = False,
+    ) -> int:
+        """Acknowledge on ``subscription`` when this transaction commits."""
+        return await self._engine.ack(
+            topic, subscription, positions, cumulative=cumulative, txn=self.txn_id
+        )
+
+    async def commit(self) -> None:
+        """Commit: every send and ack of this transaction takes effect atomically."""
+        await self._engine.commit(self.txn_id)
+
+    async def abort(self) -> None:
+        """Abort: nothing of this transaction is ever delivered."""
+        await self._engine.abort(self.txn_id)
+
+    async def info(self) -> TxnInfo:
+        """The transaction's current state."""
+        return await self._engine.get_transaction(self.txn_id)
+
+
+class TransactionScope:
+    """``async with engine.transaction() as txn``: commit on exit, abort on exception."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        timeout: float | None,
+        transactional_id: str | None,
+        label: str | None,
+    ) -> None:
+        self._engine = engine
+        self._args = (timeout, transactional_id, label)
+        self._txn: Transaction | None = None
+
+    async def __aenter__(self) -> Transaction:
+        timeout, transactional_id, label = self._args
+        self._txn = await self._engine.begin(
+            timeout=timeout, transactional_id=transactional_id, label=label
+        )
+        return self._txn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._txn is None:
+            return
+        if exc_type is None:
+            await self._txn.commit()
+            return
+        record = self._engine.coordinator.get(self._txn.txn_id)
+        if record.state is TxnState.OPEN and not record.fenced:
+            await self._txn.abort()
+
+
+class SubscriptionHandle:
+    """One consumer attached to a subscription (the embedded ``subscribe`` result).
+
+    Also an async iterator: ``async for msg in sub`` receives forever.
+    """
+
+    def __init__(self, engine: Engine, topic: str, name: str, consumer: str) -> None:
+        self._engine = engine
+        self.topic = topic
+        self.name = name
+        self.consumer = consumer
+        self._closed = False
+        self._buffer: list[Message] = []
+
+    async def receive(self, max: int = 100, timeout: float = 0.0) -> list[Message]:
+        """Up to ``max`` messages, as soon as one is deliverable; ``[]`` after ``timeout``."""
+        if self._closed:
+            raise ClosedError("this consumer was closed")
+        return await self._engine.receive(
+            self.topic, self.name, consumer=self.consumer, max=max, timeout=timeout, expires=False
+        )
+
+    async def ack(
+        self, positions: Sequence[Position | str] | Position | str, *, cumulative: bool = False
+    ) -> int:
+        """Acknowledge positions (or everything at or below one, with ``cumulative``)."""
+        return await self._engine.ack(self.topic, self.name, positions, cumulative=cumulative)
+
+    async def nack(self, positions: Sequence[Position | str] | Position | str) -> None:
+        """Ask for redelivery of delivered, unacknowledged positions."""
+        await self._engine.nack(self.topic, self.name, positions)
+
+    async def seek(self, position: Position | str) -> None:
+        """Move the cursor (``"earliest"``, ``"latest"`` or a position)."""
+        await self._engine.seek(self.topic, self.name, position)
+
+    async def close(self) -> None:
+        """Detach this consumer; its unacknowledged messages go to others."""
+        if self._closed:
+            return
+        self._closed = True
+        self._engine.detach(self.topic, self.name, self.consumer)
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self
+
+    async def __anext__(self) -> Message:
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            self._buffer = await self.receive(max=100, timeout=3600.0)
+        return self._buffer.pop(0)

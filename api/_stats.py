@@ -1,0 +1,171 @@
+"""Typed topic statistics, and their one JSON shape (the HTTP stats body).
+
+:func:`topic_stats` reads a topic's state into a :class:`TopicStats`; ``as_dict()`` gives
+the body HTTP_API.md specifies (positions as ``"L:E"``, ``None`` for null), which the
+embedded ``Engine.stats()`` returns too, so both surfaces share one shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher import Subscription
+from ledger import Position, ms_to_datetime
+from snapshots import SnapshotState
+from txn_buffer import Topic
+
+from ._config import RetentionPolicy
+
+
+def _str(position: Position | None) -> str | None:
+    return None if position is None else str(position)
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else ms_to_datetime(ms).isoformat()
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    """One subscription's settings, backlog, mark-delete position and consumers."""
+
+    type: str
+    isolation: str
+    backlog: int
+    mark_delete: Position | None
+    consumers: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {
+            "type": self.type,
+            "isolation": self.isolation,
+            "backlog": self.backlog,
+            "mark_delete": _str(self.mark_delete),
+            "consumers": list(self.consumers),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStats:
+    """The newest snapshot of a topic's transaction buffer."""
+
+    position: Position | None
+    taken_ms: int
+    size_bytes: int
+    segments: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {
+            "position": _str(self.position),
+            "taken_at": _iso(self.taken_ms),
+            "size_bytes": self.size_bytes,
+            "segments": self.segments,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStats:
+    """How the topic's buffer was rebuilt at the last open."""
+
+    from_snapshot: bool
+    entries_replayed: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {
+            "from_snapshot": self.from_snapshot,
+            "entries_replayed": self.entries_replayed,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """A topic's positions, transaction-buffer counts, storage and subscriptions."""
+
+    topic: str
+    last_confirmed: Position | None
+    stable_position: Position | None
+    stable_lag: int
+    """Entries above the stable position up to last confirmed, across ledgers."""
+    open_txns: int
+    aborted_txns: int
+    ledgers: int
+    entries: int
+    oldest_open_txn_started_ms: int | None
+    snapshot: SnapshotStats | None
+    recovery: RecoveryStats | None
+    retention: RetentionPolicy | None
+    subscriptions: dict[str, SubscriptionStats]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The HTTP stats body (HTTP_API.md), extra fields included."""
+        policy = self.retention
+        return {
+            "topic": self.topic,
+            "last_confirmed": _str(self.last_confirmed),
+            "stable_position": _str(self.stable_position),
+            "open_txns": self.open_txns,
+            "aborted_txns": self.aborted_txns,
+            "ledgers": self.ledgers,
+            "entries": self.entries,
+            "oldest_open_txn_started_at": _iso(self.oldest_open_txn_started_ms),
+            "snapshot": None if self.snapshot is None else self.snapshot.as_dict(),
+            "recovery": None if self.recovery is None else self.recovery.as_dict(),
+            "retention": None
+            if policy is None
+            else {
+                "max_age": policy.max_age,
+                "max_bytes": policy.max_bytes,
+                "require_ack": policy.require_ack,
+            },
+            "subscriptions": {name: sub.as_dict() for name, sub in self.subscriptions.items()},
+        }
+
+
+async def topic_stats(
+    topic: Topic,
+    subscriptions: list[Subscription],
+    snapshot: SnapshotState | None,
+    retention: RetentionPolicy | None,
+    oldest_open_txn_started_ms: int | None,
+) -> TopicStats:
+    """Read ``topic``'s statistics (one backlog query per subscription)."""
+    buffer = topic.buffer
+    subs = {}
+    for sub in subscriptions:
+        subs[sub.name] = SubscriptionStats(
+            str(sub.type),
+            str(sub.isolation),
+            await sub.backlog(),
+            sub.cursor.mark_delete,
+            list(sub.consumers),
+        )
+    lac, stable = buffer.last_confirmed, buffer.max_read_position
+    taken = None
+    if snapshot is not None and snapshot.has_snapshot and snapshot.taken_ms is not None:
+        taken = SnapshotStats(
+            snapshot.position, snapshot.taken_ms, snapshot.size, len(snapshot.segments)
+        )
+    info = None if snapshot is None else snapshot.recovery
+    return TopicStats(
+        topic=topic.name,
+        last_confirmed=lac,
+        stable_position=stable,
+        stable_lag=topic.ledger.count_between(stable, lac),
+        open_txns=len(buffer.ongoing_txns),
+        aborted_txns=len(buffer.aborted_txns),
+        ledgers=len(topic.ledger.ledgers),
+        entries=topic.ledger.count_between(None, lac),
+        oldest_open_txn_started_ms=oldest_open_txn_started_ms,
+        snapshot=taken,
+        recovery=None
+        if info is None
+        else RecoveryStats(info.from_snapshot, info.entries_replayed, info.seconds),
+        retention=retention,
+        subscriptions=subs,
+    )

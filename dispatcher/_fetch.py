@@ -1,0 +1,104 @@
+"""The range fetch: raw entries for stateless readers, with the aborted list (Kafka EoS).
+
+A fetch returns entries from a start position up to the read limit (the stable position
+for read_committed, last confirmed for read_uncommitted), markers and aborted data
+included, together with every aborted transaction that has data in the returned range.
+A reader drops a data entry whose transaction is listed — ids are never reused, so this
+holds even when the ABORT marker lies beyond the range — and needs no buffering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ledger import EntryKind, InvalidArgumentError, Position, TxnId, ms_to_datetime
+from txn_buffer import Topic
+
+from ._subscription import Isolation, parse_enum
+
+MAX_FETCH = 10_000
+"""The most entries one fetch returns."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedEntry:
+    """A raw log entry returned by a range fetch (markers and aborted data included)."""
+
+    position: Position
+    kind: str
+    txn: str | None
+    key: str | None
+    value: Any
+    properties: dict[str, str]
+    publish_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxnRange:
+    """An aborted transaction with data in a fetched range."""
+
+    txn: str
+    first_position: Position
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A range fetch: entries, the aborted transactions among them, where to go next."""
+
+    entries: list[FetchedEntry]
+    aborted: list[AbortedTxnRange]
+    next: Position
+    stable_position: Position | None
+    last_confirmed: Position | None
+
+
+async def fetch(
+    topic: Topic, start: Position | str | None, *, max: int, isolation: str
+) -> FetchResult:
+    """Raw entries of ``topic`` from ``start`` (inclusive) up to the read limit.
+
+    ``start`` None or ``"earliest"`` (or before the first retained entry) starts at the
+    first retained entry. Raises :class:`InvalidArgumentError` for a bad ``max``,
+    isolation or position.
+    """
+    level = parse_enum(Isolation, isolation, "isolation")
+    if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= MAX_FETCH:
+        raise InvalidArgumentError(f"max must be an integer in 1..{MAX_FETCH}")
+    buffer = topic.buffer
+    first = topic.ledger.first_position() or Position(0, 0)
+    begin = first if start is None or start == "earliest" else Position.coerce(start)
+    begin = begin if begin >= first else first
+    stable, lac = buffer.max_read_position, buffer.last_confirmed
+    limit = stable if level is Isolation.READ_COMMITTED else lac
+    if limit is None or begin > limit:
+        return FetchResult([], [], begin, stable, lac)
+    entries = await topic.ledger.read(begin, limit, max)
+    aborted: dict[TxnId, Position] = {}
+    fetched = []
+    for entry in entries:
+        txn_id = entry.txn_id
+        if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
+            info = buffer.aborted_txns.get(txn_id)
+            if info is not None:
+                aborted[txn_id] = info.first
+        fetched.append(
+            FetchedEntry(
+                entry.position,
+                entry.kind.label,
+                None if txn_id is None else str(txn_id),
+                entry.key,
+                entry.value,
+                entry.properties,
+                ms_to_datetime(entry.publish_time),
+            )
+        )
+    last = entries[-1].position if entries else limit
+    return FetchResult(
+        fetched,
+        [AbortedTxnRange(str(t), p) for t, p in aborted.items()],
+        Position(last.ledger_id, last.entry_id + 1),
+        stable,
+        lac,
+    )

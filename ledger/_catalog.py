@@ -1,0 +1,167 @@
+"""The catalog: the ledger layer's rows about topics (topics, producers, aborted index).
+
+Every table that describes a topic's log belongs to this layer: ``topics``, ``ledgers``
+and ``entries`` (the latter two written by :class:`~ledger.ManagedLedger`),
+``producers`` (idempotent-producer state, durable in the same batch as the data it
+describes) and ``aborted_txns`` (Kafka's per-ledger aborted-transaction index, written
+in the batch of the ABORT marker). Upper layers own their own tables — the coordinator
+``txns``/``finish_keys``, the dispatcher ``subscriptions``, snapshots ``snapshots`` and
+``snapshot_segments`` — and never write these.
+
+Methods named ``prepare_*`` add statements to a :class:`~ledger.WriteBatch` (durable
+with whatever else the batch carries); the ``async`` ones read through the store.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ._codec import pack, unpack
+from ._errors import InvalidArgumentError
+from ._position import Position
+from ._store import Store, WriteBatch
+
+TOPIC_TABLES = ("entries", "ledgers", "aborted_txns", "producers", "topics")
+"""The tables of this layer that hold rows of a topic (what deleting a topic removes)."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+_UPSERT_PRODUCER = (
+    "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions) VALUES (?, ?, ?, ?)"
+)
+_INSERT_ABORTED = (
+    "INSERT OR REPLACE INTO aborted_txns (topic_id, txn, first_ledger, first_entry, last_ledger,"
+    " last_entry, marker_ledger, marker_entry, stable_ledger, stable_entry)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def validate_name(name: Any, what: str = "topic") -> str:
+    """Check a topic or subscription name; raises :class:`InvalidArgumentError`.
+
+    >>> validate_name("orders")
+    'orders'
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidArgumentError(
+            f"invalid {what} name {name!r}: 1-200 characters of [A-Za-z0-9._-]"
+        )
+    if name.startswith("__"):
+        raise InvalidArgumentError(f"{what} names starting with '__' are reserved")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """A topic as stored: id, name, creation time and its encoded retention policy."""
+
+    topic_id: int
+    name: str
+    created_ms: int
+    retention: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRow:
+    """An idempotent producer's last stored batch on a topic."""
+
+    producer: str
+    last_seq: int
+    first_seq: int
+    positions: list[Position]
+
+
+class Catalog:
+    """Reads and prepares writes of the topic-level rows of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def topics(self) -> list[TopicRow]:
+        """Every topic, by id."""
+        rows = await self._store.read(
+            "SELECT topic_id, name, created_ms, retention FROM topics ORDER BY topic_id"
+        )
+        return [TopicRow(int(t), str(n), int(c), r) for t, n, c, r in rows]
+
+    async def next_topic_id(self) -> int:
+        """An id never used by any topic, deleted ones included."""
+        rows = await self._store.read(
+            "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
+            " (SELECT value FROM meta WHERE key = 'next_topic_id')"
+        )
+        highest, reserved = rows[0]
+        return max(int(highest) + 1, int(reserved or 0))
+
+    @staticmethod
+    def prepare_create_topic(batch: WriteBatch, topic_id: int, name: str, created_ms: int) -> None:
+        """Insert the topic's row and move the id counter past it."""
+        batch.add(
+            "INSERT INTO topics (topic_id, name, created_ms) VALUES (?, ?, ?)",
+            (topic_id, name, created_ms),
+        )
+        batch.add(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)", (topic_id + 1,)
+        )
+
+    @staticmethod
+    def prepare_retention(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:
+        """Store the topic's encoded retention policy."""
+        batch.add("UPDATE topics SET retention = ? WHERE topic_id = ?", (encoded, topic_id))
+
+    @staticmethod
+    def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:
+        """Delete every row this layer holds for the topic (its log included)."""
+        for table in TOPIC_TABLES:
+            batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic_id,))
+
+    async def producers(self, topic_id: int) -> list[ProducerRow]:
+        """The idempotent producers of a topic with their last stored batch."""
+        rows = await self._store.read(
+            "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?", (topic_id,)
+        )
+        out = []
+        for producer, last_seq, packed in rows:
+            first_seq, positions = unpack(packed)
+            out.append(
+                ProducerRow(producer, last_seq, first_seq, [Position.parse(p) for p in positions])
+            )
+        return out
+
+    @staticmethod
+    def prepare_producer(
+        batch: WriteBatch, topic_id: int, producer: str, first_seq: int, positions: list[Position]
+    ) -> None:
+        """Record a producer's batch (first sequence and positions)."""
+        last_seq = first_seq + len(positions) - 1
+        packed = pack([first_seq, [str(p) for p in positions]])
+        batch.add(_UPSERT_PRODUCER, (topic_id, producer, last_seq, packed))
+
+    @staticmethod
+    def prepare_aborted(
+        batch: WriteBatch,
+        topic_id: int,
+        txn_seq: int,
+        first: Position,
+        last: Position,
+        marker: Position,
+        stable: Position | None,
+    ) -> None:
+        """Add an aborted transaction's row to the per-ledger aborted index."""
+        batch.add(
+            _INSERT_ABORTED,
+            (
+                topic_id,
+                txn_seq,
+                first.ledger_id,
+                first.entry_id,
+                last.ledger_id,
+                last.entry_id,
+                marker.ledger_id,
+                marker.entry_id,
+                None if stable is None else stable.ledger_id,
+                None if stable is None else stable.entry_id,
+            ),
+        )
