@@ -35,7 +35,8 @@ from ledger import (
 from txn_buffer import FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
-from ._engine import Engine, EngineState, ProduceResult
+from ._core import EngineState, ProduceResult
+from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._stats import TopicStats
 

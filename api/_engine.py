@@ -5,79 +5,52 @@ every background task (started through :meth:`Engine._spawn`, cancelled and awai
 :meth:`Engine.close`). Calls check the lifecycle state first: ``UNOPENED -> OPEN ->
 CLOSING -> CLOSED``, or ``FAILED`` when the store or a background task failed.
 
-Work lives in the layers; this module wires it: recovery in :mod:`api._recovery`, the
-range fetch and subscriptions in :mod:`dispatcher`, snapshots in :mod:`snapshots`,
-retention and low-watermark upkeep in :mod:`api._maintenance`, statistics in
-:mod:`api._stats`, and the handles it returns in :mod:`api._handles`.
+Work lives in the layers; this module wires it. The engine's state and call checks are
+:class:`~api._core.EngineCore`; topic administration (:mod:`api._admin`) and consuming
+(:mod:`api._consume`) are its parts; recovery is :mod:`api._recovery`, background
+upkeep :mod:`api._maintenance`, statistics :mod:`api._stats`, and the handles it returns
+:mod:`api._handles`. This module keeps lifecycle, task ownership, producing and
+transactions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import itertools
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from dispatcher import FetchResult, Message, Subscription, SubscriptionRegistry, fetch
+from dispatcher import SubscriptionRegistry
 from ledger import (
     DB_FILE,
-    Catalog,
     ClosedError,
-    EngineFailedError,
     FencedError,
     InvalidArgumentError,
-    ManagedLedger,
     OutgoingMessage,
     Position,
     Store,
     TooLargeError,
-    TopicNotFoundError,
     TxnId,
     WriteBatch,
     encode_value,
-    now_ms,
-    validate_name,
 )
-from snapshots import SnapshotState, is_due, prepare_delete_topic, prepare_snapshot
-from txn_buffer import Coordinator, FinishResult, PendingAck, Topic, TxnBuffer, TxnInfo, TxnRecord
+from snapshots import is_due, prepare_snapshot
+from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 
-from ._config import EngineConfig, RetentionPolicy
+from ._admin import TopicAdmin
+from ._config import EngineConfig
+from ._consume import Consuming
+from ._core import EngineState, ProduceResult, check_values
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
-from ._maintenance import prepare_low_watermark_aborts, retention_cut
-from ._metrics import EngineMetrics
+from ._maintenance import prepare_low_watermark_aborts
 from ._recovery import load_topics, reconcile
-from ._stats import TopicStats, topic_stats
 
 log = logging.getLogger("txnstream.engine")
 
 _MAINTENANCE_INTERVAL = 1.0
-_MAX_RECEIVE = 10_000
-
-PositionsArg = Sequence[Position | str] | Position | str
-
-
-class EngineState(enum.Enum):
-    """Lifecycle of an :class:`Engine`."""
-
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    """Positions of a produced batch; ``duplicate`` if an idempotent producer resent it."""
-
-    positions: list[Position]
-    duplicate: bool
 
 
 def _check_message(
@@ -100,43 +73,12 @@ def _check_message(
     return key, packed, dict(properties)
 
 
-def _positions(positions: PositionsArg) -> list[Position]:
-    if isinstance(positions, Position | str):
-        return [Position.coerce(positions)]
-    if not isinstance(positions, Sequence):
-        raise InvalidArgumentError("positions must be a list")
-    return [Position.coerce(p) for p in positions]
-
-
-def _values(values: Sequence[Any]) -> Sequence[Any]:
-    if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
-        raise InvalidArgumentError("values must be a list")
-    return values
-
-
-class Engine:
+class Engine(TopicAdmin, Consuming):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
     then ``await engine.close()``. One engine per data directory per process.
     """
-
-    def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
-        self.path = Path(path)
-        self.config = config or EngineConfig()
-        self.metrics = EngineMetrics()
-        self.state = EngineState.UNOPENED
-        self._failure: BaseException | None = None
-        self._store: Store | None = None
-        self._coordinator: Coordinator | None = None
-        self._subscriptions: SubscriptionRegistry | None = None
-        self._topics: dict[str, Topic] = {}
-        self._snapshots: dict[int, SnapshotState] = {}
-        self._retention: dict[str, RetentionPolicy] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._admin_lock = asyncio.Lock()
-        self._consumer_ids = itertools.count(1)
-        self._messages_in: dict[str, Any] = {}  # per-topic counter children, looked up once
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -242,34 +184,6 @@ class Engine:
         for topic in self._topics.values():
             topic.notify()
 
-    def _check_open(self) -> None:
-        if self.state is EngineState.OPEN:
-            return
-        if self.state is EngineState.FAILED:
-            raise EngineFailedError(f"the engine failed: {self._failure}") from self._failure
-        raise ClosedError(f"the engine is {self.state.value}")
-
-    @property
-    def store(self) -> Store:
-        """The engine's store (for tools and tests)."""
-        if self._store is None:
-            raise ClosedError("the engine is not open")
-        return self._store
-
-    @property
-    def coordinator(self) -> Coordinator:
-        """The transaction coordinator."""
-        if self._coordinator is None:
-            raise ClosedError("the engine is not open")
-        return self._coordinator
-
-    @property
-    def subscriptions(self) -> SubscriptionRegistry:
-        """Every subscription of every topic."""
-        if self._subscriptions is None:
-            raise ClosedError("the engine is not open")
-        return self._subscriptions
-
     # -- background ----------------------------------------------------------------
 
     async def _maintain(self) -> None:
@@ -310,141 +224,6 @@ class Engine:
             self.metrics.txns_aborted.inc()
             if record.timed_out:
                 self.metrics.txns_timed_out.inc()
-
-    # -- topics --------------------------------------------------------------------
-
-    def _topic(self, name: str) -> Topic:
-        self._check_open()
-        topic = self._topics.get(name)
-        if topic is None:
-            validate_name(name)
-            raise TopicNotFoundError(f"topic {name!r} not found")
-        return topic
-
-    async def create_topic(self, name: str) -> bool:
-        """Create ``name`` if it does not exist; True if it was created (idempotent)."""
-        self._check_open()
-        validate_name(name)
-        async with self._admin_lock:
-            self._check_open()
-            if name in self._topics:
-                return False
-            store = self.store
-            topic_id = await Catalog(store).next_topic_id()
-            created = now_ms()
-            batch = WriteBatch()
-            Catalog.prepare_create_topic(batch, topic_id, name, created)
-            ledger = ManagedLedger.create(
-                store,
-                batch,
-                topic_id,
-                max_entries=self.config.ledger_max_entries,
-                max_bytes=self.config.ledger_max_bytes,
-            )
-            await store.write(batch)
-            self._topics[name] = Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
-            self._snapshots[topic_id] = SnapshotState()
-            return True
-
-    async def list_topics(self) -> list[str]:
-        """Names of every topic, sorted."""
-        self._check_open()
-        return sorted(self._topics)
-
-    async def delete_topic(self, name: str) -> None:
-        """Delete a topic with its data, subscriptions, buffer state and snapshots."""
-        async with self._admin_lock:
-            topic = self._topic(name)
-            batch = WriteBatch()
-            Catalog.prepare_delete_topic(batch, topic.topic_id)
-            prepare_delete_topic(batch, topic.topic_id)
-            SubscriptionRegistry.prepare_delete_topic(batch, topic.topic_id)
-            self.coordinator.forget(batch, name)
-            await self.store.write(batch)
-            topic.deleted = True
-            del self._topics[name]
-            self._snapshots.pop(topic.topic_id, None)
-            self._retention.pop(name, None)
-            self.subscriptions.remove_topic(name)
-            topic.notify()
-
-    async def topic_stats(self, name: str) -> TopicStats:
-        """``name``'s statistics as a typed value."""
-        topic = self._topic(name)
-        started = [r.created_ms for r in self.coordinator.open_records() if name in r.topics]
-        return await topic_stats(
-            topic,
-            self.subscriptions.of_topic(name),
-            self._snapshots.get(topic.topic_id),
-            self._retention.get(name),
-            min(started) if started else None,
-        )
-
-    async def stats(self, name: str) -> dict[str, Any]:
-        """The HTTP stats body of a topic, as a dict."""
-        return (await self.topic_stats(name)).as_dict()
-
-    async def set_retention(
-        self,
-        topic: str,
-        *,
-        max_age: float | None = None,
-        max_bytes: int | None = None,
-        require_ack: bool = True,
-    ) -> None:
-        """Set ``topic``'s retention policy (None for both keeps everything)."""
-        owner = self._topic(topic)
-        try:
-            policy = RetentionPolicy(max_age, max_bytes, require_ack)
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgumentError(str(exc)) from None
-        batch = WriteBatch()
-        Catalog.prepare_retention(batch, owner.topic_id, policy.encode())
-        await self.store.write(batch)
-        self._retention[topic] = policy
-
-    async def apply_retention(self, topic: str) -> int:
-        """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
-        return await self._apply_retention(self._topic(topic))
-
-    async def _apply_retention(self, topic: Topic) -> int:
-        policy = self._retention.get(topic.name)
-        if policy is None:
-            return 0
-        upto = retention_cut(topic, policy, self.subscriptions.of_topic(topic.name))
-        if upto is None:
-            return 0
-        batch = WriteBatch()
-        removed = topic.ledger.prepare_trim(batch, upto)
-        first = topic.ledger.first_position()
-        if first is not None:
-            topic.buffer.prune_aborted_before(first)
-        state = self._snapshots.get(topic.topic_id)
-        if state is not None:
-            prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
-        await self.store.write(batch)
-        log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
-        return removed
-
-    async def take_snapshot(self, topic: str) -> dict[str, Any]:
-        """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
-        owner = self._topic(topic)
-        state = self._snapshots[owner.topic_id]
-        batch = WriteBatch()
-        size = prepare_snapshot(batch, owner, state)
-        await self.store.write(batch)
-        buffer = owner.buffer
-        lac, stable = buffer.last_confirmed, buffer.max_read_position
-        return {
-            "topic": topic,
-            "position": None if lac is None else str(lac),
-            "stable_position": None if stable is None else str(stable),
-            "open_txns": {str(t): str(o.first) for t, o in buffer.ongoing_txns.items()},
-            "aborted_txns": len(buffer.aborted_txns),
-            "segments": len(state.segments),
-            "bytes_written": size,
-            "snapshot_bytes": state.size,
-        }
 
     # -- producing -----------------------------------------------------------------
 
@@ -529,13 +308,6 @@ class Engine:
         counter.inc(len(positions))
         return positions, done
 
-    def _check_txn(self, txn: TxnId | str) -> TxnRecord:
-        try:
-            return self.coordinator.check_open(txn)
-        except FencedError:
-            self.metrics.fenced_requests.inc()
-            raise
-
     async def send(
         self,
         topic: str,
@@ -552,7 +324,7 @@ class Engine:
         self, topic: str, values: Sequence[Any], *, key: str | None = None
     ) -> list[Position]:
         """Append several messages as one atomic, durable batch."""
-        messages = [OutgoingMessage(v, key) for v in _values(values)]
+        messages = [OutgoingMessage(v, key) for v in check_values(values)]
         return (await self.produce(topic, messages)).positions
 
     # -- transactions --------------------------------------------------------------
@@ -641,34 +413,7 @@ class Engine:
             self.metrics.fenced_requests.inc()
             raise
 
-    # -- subscriptions -------------------------------------------------------------
-
-    def _subscription(self, topic: str, name: str) -> Subscription:
-        self._topic(topic)
-        return self.subscriptions.get(topic, name)
-
-    async def create_subscription(
-        self,
-        topic: str,
-        name: str,
-        *,
-        type: str = "exclusive",
-        initial_position: str = "earliest",
-        isolation: str = "read_committed",
-    ) -> bool:
-        """Create a subscription; False if it exists with the same type and isolation.
-
-        Raises :class:`SubscriptionConflictError` if it exists with other settings.
-        """
-        validate_name(name, "subscription")
-        async with self._admin_lock:
-            return await self.subscriptions.create(
-                self._topic(topic),
-                name,
-                type=type,
-                initial_position=initial_position,
-                isolation=isolation,
-            )
+    # -- subscribing ----------------------------------------------------------------
 
     async def subscribe(
         self,
@@ -686,115 +431,6 @@ class Engine:
         consumer = f"consumer-{next(self._consumer_ids)}"
         self._subscription(topic, name).attach(consumer, expires=False)
         return SubscriptionHandle(self, topic, name, consumer)
-
-    def detach(self, topic: str, subscription: str, consumer: str) -> None:
-        """Detach ``consumer``; its unacknowledged messages go to others."""
-        if self._subscriptions is not None and (
-            sub := self._subscriptions.find(topic, subscription)
-        ):
-            sub.detach(consumer)
-
-    async def receive(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        consumer: str = "default",
-        max: int = 100,
-        timeout: float = 0.0,
-        expires: bool = True,
-    ) -> list[Message]:
-        """Deliver up to ``max`` messages to ``consumer``, waiting up to ``timeout`` s.
-
-        Attaches the consumer (an ``expires`` consumer is detached after
-        ``consumer_expiry`` seconds without polling).
-        """
-        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= _MAX_RECEIVE:
-            raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
-        if not isinstance(timeout, int | float) or timeout < 0:
-            raise InvalidArgumentError("timeout must be a non-negative number of seconds")
-        if not isinstance(consumer, str) or not consumer or len(consumer) > 200:
-            raise InvalidArgumentError("consumer must be a non-empty string")
-        sub = self._subscription(topic, subscription)
-        sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
-        started = time.perf_counter()
-        messages = await sub.receive(consumer, max, timeout)
-        if self.state is not EngineState.OPEN:
-            self._check_open()
-        if messages:
-            self.metrics.receive_wait.observe(time.perf_counter() - started)
-            self.metrics.messages_out.labels(topic).inc(len(messages))
-        return messages
-
-    async def ack(
-        self,
-        topic: str,
-        subscription: str,
-        positions: PositionsArg,
-        *,
-        cumulative: bool = False,
-        txn: TxnId | str | None = None,
-    ) -> int:
-        """Acknowledge positions (durable on return); with ``txn``, on its commit only."""
-        sub = self._subscription(topic, subscription)
-        parsed = _positions(positions)
-        if not parsed:
-            return 0
-        batch = WriteBatch()
-        if txn is not None:
-            record = self._check_txn(txn)
-            sub.check_ack(parsed, cumulative, record.txn_id)
-            ack = PendingAck(topic, subscription, tuple(str(p) for p in parsed), cumulative)
-            self.coordinator.register_ack(batch, record, ack)
-            sub.hold_for_txn(parsed, cumulative, record.txn_id)
-        else:
-            sub.check_ack(parsed, cumulative, None)
-            sub.apply_ack(parsed, cumulative)
-            sub.prepare_cursor_write(batch)
-        await self.store.write(batch)
-        return len(parsed)
-
-    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
-        """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``."""
-        self._subscription(topic, subscription).nack(_positions(positions))
-
-    async def seek(self, topic: str, subscription: str, position: Position | str) -> None:
-        """Reset the cursor: before ``position`` acknowledged, from it on not."""
-        sub = self._subscription(topic, subscription)
-        target: Position | str = position
-        if position not in ("earliest", "latest"):
-            target = Position.coerce(position)
-        sub.seek(target)
-        batch = WriteBatch()
-        sub.prepare_cursor_write(batch)
-        await self.store.write(batch)
-
-    async def delete_subscription(self, topic: str, subscription: str) -> None:
-        """Delete a subscription and its cursor."""
-        async with self._admin_lock:
-            sub = self._subscription(topic, subscription)
-            batch = WriteBatch()
-            self.subscriptions.prepare_delete(batch, sub)
-            self.coordinator.forget(batch, topic, subscription)
-            await self.store.write(batch)
-            self.subscriptions.remove(sub)
-
-    # -- range fetch ---------------------------------------------------------------
-
-    async def fetch(
-        self,
-        topic: str,
-        start: Position | str | None = None,
-        *,
-        max: int = 1000,
-        isolation: str = "read_committed",
-    ) -> FetchResult:
-        """Raw entries from ``start`` (inclusive) up to the read limit, with the aborted list.
-
-        read_committed returns entries at or below the stable position; ``aborted``
-        names exactly the aborted transactions with data entries in the result.
-        """
-        return await fetch(self._topic(topic), start, max=max, isolation=isolation)
 
 
 class _EngineOpener:

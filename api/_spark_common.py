@@ -17,9 +17,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ledger import InvalidArgumentError, Position
-
 from api import validate_name
+from ledger import InvalidArgumentError, Position
 
 FORMAT = "txnstream"
 

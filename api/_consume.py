@@ -1,0 +1,151 @@
+"""Consuming: subscriptions, delivery, acknowledgements, seek, and the range fetch."""
+
+from __future__ import annotations
+
+import time
+
+from dispatcher import FetchResult, Message, Subscription, fetch
+from ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
+from txn_buffer import PendingAck
+
+from ._core import EngineCore, EngineState, PositionsArg, parse_positions
+
+_MAX_RECEIVE = 10_000
+
+
+class Consuming(EngineCore):
+    """The engine's consuming side (a part of :class:`~api.Engine`)."""
+
+    def _subscription(self, topic: str, name: str) -> Subscription:
+        self._topic(topic)
+        return self.subscriptions.get(topic, name)
+
+    async def create_subscription(
+        self,
+        topic: str,
+        name: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "earliest",
+        isolation: str = "read_committed",
+    ) -> bool:
+        """Create a subscription; False if it exists with the same type and isolation.
+
+        Raises :class:`SubscriptionConflictError` if it exists with other settings.
+        """
+        validate_name(name, "subscription")
+        async with self._admin_lock:
+            return await self.subscriptions.create(
+                self._topic(topic),
+                name,
+                type=type,
+                initial_position=initial_position,
+                isolation=isolation,
+            )
+
+    def detach(self, topic: str, subscription: str, consumer: str) -> None:
+        """Detach ``consumer``; its unacknowledged messages go to others."""
+        if self._subscriptions is not None and (
+            sub := self._subscriptions.find(topic, subscription)
+        ):
+            sub.detach(consumer)
+
+    async def receive(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        consumer: str = "default",
+        max: int = 100,
+        timeout: float = 0.0,
+        expires: bool = True,
+    ) -> list[Message]:
+        """Deliver up to ``max`` messages to ``consumer``, waiting up to ``timeout`` s.
+
+        Attaches the consumer (an ``expires`` consumer is detached after
+        ``consumer_expiry`` seconds without polling).
+        """
+        if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= _MAX_RECEIVE:
+            raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidArgumentError("timeout must be a non-negative number of seconds")
+        if not isinstance(consumer, str) or not consumer or len(consumer) > 200:
+            raise InvalidArgumentError("consumer must be a non-empty string")
+        sub = self._subscription(topic, subscription)
+        sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
+        started = time.perf_counter()
+        messages = await sub.receive(consumer, max, timeout)
+        if self.state is not EngineState.OPEN:
+            self._check_open()
+        if messages:
+            self.metrics.receive_wait.observe(time.perf_counter() - started)
+            self.metrics.messages_out.labels(topic).inc(len(messages))
+        return messages
+
+    async def ack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: PositionsArg,
+        *,
+        cumulative: bool = False,
+        txn: TxnId | str | None = None,
+    ) -> int:
+        """Acknowledge positions (durable on return); with ``txn``, on its commit only."""
+        sub = self._subscription(topic, subscription)
+        parsed = parse_positions(positions)
+        if not parsed:
+            return 0
+        batch = WriteBatch()
+        if txn is not None:
+            record = self._check_txn(txn)
+            sub.check_ack(parsed, cumulative, record.txn_id)
+            ack = PendingAck(topic, subscription, tuple(str(p) for p in parsed), cumulative)
+            self.coordinator.register_ack(batch, record, ack)
+            sub.hold_for_txn(parsed, cumulative, record.txn_id)
+        else:
+            sub.check_ack(parsed, cumulative, None)
+            sub.apply_ack(parsed, cumulative)
+            sub.prepare_cursor_write(batch)
+        await self.store.write(batch)
+        return len(parsed)
+
+    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
+        """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``."""
+        self._subscription(topic, subscription).nack(parse_positions(positions))
+
+    async def seek(self, topic: str, subscription: str, position: Position | str) -> None:
+        """Reset the cursor: before ``position`` acknowledged, from it on not."""
+        sub = self._subscription(topic, subscription)
+        target: Position | str = position
+        if position not in ("earliest", "latest"):
+            target = Position.coerce(position)
+        sub.seek(target)
+        batch = WriteBatch()
+        sub.prepare_cursor_write(batch)
+        await self.store.write(batch)
+
+    async def delete_subscription(self, topic: str, subscription: str) -> None:
+        """Delete a subscription and its cursor."""
+        async with self._admin_lock:
+            sub = self._subscription(topic, subscription)
+            batch = WriteBatch()
+            self.subscriptions.prepare_delete(batch, sub)
+            self.coordinator.forget(batch, topic, subscription)
+            await self.store.write(batch)
+            self.subscriptions.remove(sub)
+
+    async def fetch(
+        self,
+        topic: str,
+        start: Position | str | None = None,
+        *,
+        max: int = 1000,
+        isolation: str = "read_committed",
+    ) -> FetchResult:
+        """Raw entries from ``start`` (inclusive) up to the read limit, with the aborted list.
+
+        read_committed returns entries at or below the stable position; ``aborted``
+        names exactly the aborted transactions with data entries in the result.
+        """
+        return await fetch(self._topic(topic), start, max=max, isolation=isolation)

@@ -1,0 +1,132 @@
+"""The engine's state and the checks every call starts with (shared by its parts).
+
+:class:`EngineCore` holds what an open engine owns; the :class:`~api.Engine` facade is
+assembled from it and its parts (topic administration in :mod:`api._admin`, consuming
+in :mod:`api._consume`), which call each other only through these attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dispatcher import SubscriptionRegistry
+from ledger import (
+    ClosedError,
+    EngineFailedError,
+    FencedError,
+    InvalidArgumentError,
+    Position,
+    Store,
+    TopicNotFoundError,
+    TxnId,
+    validate_name,
+)
+from snapshots import SnapshotState
+from txn_buffer import Coordinator, Topic, TxnRecord
+
+from ._config import EngineConfig, RetentionPolicy
+from ._metrics import EngineMetrics
+
+PositionsArg = Sequence[Position | str] | Position | str
+
+
+class EngineState(enum.Enum):
+    """Lifecycle of an :class:`Engine`."""
+
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Positions of a produced batch; ``duplicate`` if an idempotent producer resent it."""
+
+    positions: list[Position]
+    duplicate: bool
+
+
+def parse_positions(positions: PositionsArg) -> list[Position]:
+    if isinstance(positions, Position | str):
+        return [Position.coerce(positions)]
+    if not isinstance(positions, Sequence):
+        raise InvalidArgumentError("positions must be a list")
+    return [Position.coerce(p) for p in positions]
+
+
+def check_values(values: Sequence[Any]) -> Sequence[Any]:
+    if isinstance(values, str | bytes | dict) or not isinstance(values, Sequence):
+        raise InvalidArgumentError("values must be a list")
+    return values
+
+
+class EngineCore:
+    """What an engine owns, with the lifecycle and lookup checks of every call."""
+
+    def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
+        self.path = Path(path)
+        self.config = config or EngineConfig()
+        self.metrics = EngineMetrics()
+        self.state = EngineState.UNOPENED
+        self._failure: BaseException | None = None
+        self._store: Store | None = None
+        self._coordinator: Coordinator | None = None
+        self._subscriptions: SubscriptionRegistry | None = None
+        self._topics: dict[str, Topic] = {}
+        self._snapshots: dict[int, SnapshotState] = {}
+        self._retention: dict[str, RetentionPolicy] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._admin_lock = asyncio.Lock()
+        self._consumer_ids = itertools.count(1)
+        self._messages_in: dict[str, Any] = {}  # per-topic counter children, looked up once
+
+    def _check_open(self) -> None:
+        if self.state is EngineState.OPEN:
+            return
+        if self.state is EngineState.FAILED:
+            raise EngineFailedError(f"the engine failed: {self._failure}") from self._failure
+        raise ClosedError(f"the engine is {self.state.value}")
+
+    @property
+    def store(self) -> Store:
+        """The engine's store (for tools and tests)."""
+        if self._store is None:
+            raise ClosedError("the engine is not open")
+        return self._store
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """The transaction coordinator."""
+        if self._coordinator is None:
+            raise ClosedError("the engine is not open")
+        return self._coordinator
+
+    @property
+    def subscriptions(self) -> SubscriptionRegistry:
+        """Every subscription of every topic."""
+        if self._subscriptions is None:
+            raise ClosedError("the engine is not open")
+        return self._subscriptions
+
+    def _topic(self, name: str) -> Topic:
+        self._check_open()
+        topic = self._topics.get(name)
+        if topic is None:
+            validate_name(name)
+            raise TopicNotFoundError(f"topic {name!r} not found")
+        return topic
+
+    def _check_txn(self, txn: TxnId | str) -> TxnRecord:
+        try:
+            return self.coordinator.check_open(txn)
+        except FencedError:
+            self.metrics.fenced_requests.inc()
+            raise
