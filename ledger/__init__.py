@@ -3,9 +3,9 @@
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
-from ._catalog import TOPIC_TABLES, Catalog, ProducerRow, TopicRow, validate_name
+from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import decode_payload, encode_payload, encode_value, pack, unpack
-from ._entry import Entry, EntryKind, Marker, OutgoingMessage, TxnId
+from ._entry import Entry, EntryKind, OutgoingMessage, TxnId
 from ._errors import (
     AckConflictError,
     ClosedError,
@@ -27,17 +27,14 @@ from ._errors import (
     TxnNotFoundError,
     TxnNotOpenError,
 )
-from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, decode_row, ms_to_datetime, now_ms
+from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
 from ._position import Position
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 
 __all__ = [
-    "TOPIC_TABLES",
-    "Catalog",
-    "ProducerRow",
-    "TopicRow",
     "AckConflictError",
+    "Catalog",
     "ClosedError",
     "ConflictError",
     "ConsumerBusyError",
@@ -54,22 +51,22 @@ __all__ = [
     "LedgerError",
     "LedgerInfo",
     "ManagedLedger",
-    "Marker",
     "NotFoundError",
     "OutgoingMessage",
     "Position",
+    "ProducerRow",
     "SnapshotError",
     "Store",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicRow",
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
     "WriteBatch",
     "decode_payload",
-    "decode_row",
     "encode_payload",
     "encode_value",
     "ms_to_datetime",

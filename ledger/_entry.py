@@ -59,19 +59,6 @@ class EntryKind(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Marker:
-    """A transaction's end written into a topic's log."""
-
-    kind: EntryKind
-    txn_id: TxnId
-
-    @property
-    def is_abort(self) -> bool:
-        """True for an ABORT marker."""
-        return self.kind is EntryKind.ABORT
-
-
-@dataclass(frozen=True, slots=True)
 class OutgoingMessage:
     """A message a producer hands to the engine (before it has a position)."""
 

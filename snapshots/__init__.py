@@ -6,8 +6,8 @@ from ._store import SnapshotState, is_due, prepare_delete_topic, prepare_snapsho
 
 __all__ = [
     "FORMAT_VERSION",
-    "SEGMENT_SIZE",
     "RecoveryInfo",
+    "SEGMENT_SIZE",
     "SegmentRef",
     "SnapshotState",
     "TxnBufferSnapshot",

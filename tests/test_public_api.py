@@ -1,0 +1,147 @@
+"""The public surface and the import graph (httpx's ``test_exported_members.py``, plus layers).
+
+Layers point one way: ledger <- txn_buffer <- {dispatcher, snapshots} <- api. Inside
+``api`` the adapters (``http``, ``client``, ``cli``, ``spark``) use the engine only
+through ``from api import ...``; cli may also use http (serve) and client, spark uses
+client. Nobody imports another package's private modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import api
+
+REPO = Path(__file__).resolve().parents[1]
+LAYERS = ("ledger", "txn_buffer", "dispatcher", "snapshots", "api")
+ALLOWED = {
+    "ledger": set(),
+    "txn_buffer": {"ledger"},
+    "dispatcher": {"ledger", "txn_buffer"},
+    "snapshots": {"ledger", "txn_buffer"},
+    "api": {"ledger", "txn_buffer", "dispatcher", "snapshots"},
+}
+ADAPTERS = {"http": set(), "client": set(), "cli": {"http", "client"}, "spark": {"client"}}
+
+# The embedded surface the README and EMBEDDED_API.md document: the engine, its
+# configuration and handles, the value types it returns, and the whole error tree.
+DOCUMENTED_API = [
+    "AbortedTxnRange",
+    "AckConflictError",
+    "ClosedError",
+    "ConflictError",
+    "ConsumerBusyError",
+    "CorruptEntryError",
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "EngineFailedError",
+    "EngineState",
+    "FencedError",
+    "FetchResult",
+    "FetchedEntry",
+    "FinishResult",
+    "IncompatibleSnapshotError",
+    "InvalidArgumentError",
+    "LedgerError",
+    "Message",
+    "NotFoundError",
+    "OutgoingMessage",
+    "Position",
+    "ProduceResult",
+    "SnapshotError",
+    "SubscriptionConflictError",
+    "SubscriptionHandle",
+    "SubscriptionNotFoundError",
+    "TooLargeError",
+    "TopicNotFoundError",
+    "TopicStats",
+    "Transaction",
+    "TxnId",
+    "TxnInfo",
+    "TxnNotFoundError",
+    "TxnNotOpenError",
+    "TxnState",
+    "validate_name",
+]
+
+
+def test_api_exports_exactly_the_documented_surface() -> None:
+    assert sorted(api.__all__) == sorted(DOCUMENTED_API)
+    for name in api.__all__:
+        assert getattr(api, name) is not None
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_every_package_has_a_sorted_complete_all(package: str) -> None:
+    module = importlib.import_module(package)
+    names = module.__all__
+    assert names == sorted(names), f"{package}.__all__ is not sorted"
+    assert len(set(names)) == len(names)
+    public = {
+        n for n, v in vars(module).items() if not n.startswith("_") and not isinstance(v, type(sys))
+    }
+    assert public <= set(names) | {"annotations"}, f"{package} exports names outside __all__"
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """``(module, level)`` of every import in a file (``level`` > 0: relative)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", node.level))
+    return found
+
+
+def _room(path: Path) -> tuple[str, str | None]:
+    """The layer a file belongs to and, inside ``api``, its adapter subpackage (if any)."""
+    parts = path.relative_to(REPO).parts
+    room = parts[1] if parts[0] == "api" and len(parts) > 2 else None
+    return parts[0], room
+
+
+def _sources() -> list[Path]:
+    return sorted(p for layer in LAYERS for p in (REPO / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_point_down_and_adapters_use_the_api_root(path: Path) -> None:
+    layer, room = _room(path)
+    for module, level in _imports(path):
+        if level:
+            continue  # relative: inside its own package
+        top, _, rest = module.partition(".")
+        if top not in LAYERS:
+            continue
+        if room is not None:
+            # an adapter: the api root, or an adapter it may use
+            sub = rest.split(".")[0]
+            ok = module == "api" or (top == "api" and sub in ADAPTERS[room] | {room})
+            assert ok, f"{path.relative_to(REPO)}: adapter {room} imports {module}"
+            continue
+        if top == layer:
+            continue
+        assert top in ALLOWED[layer], f"{path.relative_to(REPO)}: {layer} imports {module}"
+        assert not rest.startswith("_"), f"{path.relative_to(REPO)}: private import {module}"
+
+
+def test_the_api_root_imports_no_adapter_dependency() -> None:
+    code = (
+        "import sys, api\n"
+        "heavy = [m for m in ('fastapi', 'typer', 'httpx', 'pyspark', 'pyarrow', 'uvicorn')"
+        " if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""
