@@ -12,10 +12,12 @@ from ._errors import (
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    DataDirLockedError,
     EngineError,
     EngineFailedError,
     FencedError,
     IncompatibleSnapshotError,
+    InsufficientStorageError,
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
@@ -28,6 +30,7 @@ from ._errors import (
     TxnNotOpenError,
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
+from ._lock import LOCK_FILE, DirectoryLock
 from ._position import Position
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch
@@ -40,6 +43,8 @@ __all__ = [
     "ConsumerBusyError",
     "CorruptEntryError",
     "DB_FILE",
+    "DataDirLockedError",
+    "DirectoryLock",
     "EngineError",
     "EngineFailedError",
     "Entry",
@@ -47,7 +52,9 @@ __all__ = [
     "EntryMeta",
     "FencedError",
     "IncompatibleSnapshotError",
+    "InsufficientStorageError",
     "InvalidArgumentError",
+    "LOCK_FILE",
     "LedgerError",
     "LedgerInfo",
     "ManagedLedger",

@@ -5,6 +5,8 @@ layer maps each class to a status and a contract code in one table (``api/_http.
 
     * EngineError                     root
       x ClosedError                   the engine (or a subscription handle) was closed
+      x DataDirLockedError            503: another process owns the data directory
+      x InsufficientStorageError      507 insufficient_storage: no space left for a write
       x EngineFailedError             a background task or a durable write failed; reopen
       x NotFoundError                 404 not_found
         + TopicNotFoundError
@@ -40,6 +42,17 @@ class EngineError(Exception):
 
 class ClosedError(EngineError):
     """The engine or handle was used after ``close()``."""
+
+
+class DataDirLockedError(EngineError):
+    """Another process (or engine) holds the data directory's lock; nothing was changed."""
+
+
+class InsufficientStorageError(EngineError):
+    """A write was refused for lack of disk space; reads still work, writes resume once
+    space is freed."""
+
+    retriable = True
 
 
 class EngineFailedError(EngineError):

@@ -33,6 +33,7 @@ from typing import Any
 import aiosqlite
 
 from ._errors import ClosedError, EngineFailedError
+from ._lock import DirectoryLock
 from ._schema import migrate
 
 log = logging.getLogger("txnstream.store")
@@ -141,6 +142,7 @@ class Store:
         self.on_failure: Callable[[BaseException], None] | None = None
         self.on_flush: Callable[[int], None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._lock: DirectoryLock | None = None
 
     @classmethod
     async def open(
@@ -151,9 +153,18 @@ class Store:
         readers: int = 2,
         max_pending_entries: int = 20_000,
     ) -> Store:
-        """Open (creating if needed) the database at ``path`` and start the writer."""
+        """Open (creating if needed) the database at ``path`` and start the writer.
+
+        Takes the directory's owner lock first (:class:`DirectoryLock`): a second opener
+        gets :class:`DataDirLockedError` before anything is read or written.
+        """
         path = Path(path)
-        writer = await aiosqlite.connect(path, isolation_level=None)
+        lock = DirectoryLock.acquire(path.parent)
+        try:
+            writer = await aiosqlite.connect(path, isolation_level=None)
+        except BaseException:
+            lock.release()
+            raise
         try:
             await writer.execute("PRAGMA journal_mode=WAL")
             await writer.execute(f"PRAGMA synchronous={synchronous}")
@@ -169,8 +180,10 @@ class Store:
                 reader_conns.append(reader)
         except BaseException:
             await writer.close()
+            lock.release()
             raise
         store = cls(path, writer, reader_conns, max_pending_entries=max_pending_entries)
+        store._lock = lock
         store._task = asyncio.create_task(store._run_writer(), name="txnstream-writer")
         return store
 
@@ -308,6 +321,10 @@ class Store:
         if self._task is not None:
             await self._task  # drains the queue, then returns
         self._closed = True
-        for reader in self._readers:
-            await reader.close()
-        await self._writer.close()
+        try:
+            for reader in self._readers:
+                await reader.close()
+            await self._writer.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()

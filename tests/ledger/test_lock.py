@@ -1,0 +1,81 @@
+"""One owner per data directory: a second opener fails at once and changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from api import Engine, EngineError
+from ledger import LOCK_FILE, DataDirLockedError, DirectoryLock
+
+
+def _fingerprint(directory: Path) -> dict[str, str]:
+    """Content hashes of every database file (the lock file aside)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.iterdir())
+        if p.name != LOCK_FILE
+    }
+
+
+def _real(path: Path) -> str:
+    return str(path.resolve())
+
+
+async def test_a_second_engine_in_the_same_process_is_refused(data_dir: Path) -> None:
+    where = _real(data_dir)
+    async with Engine.open(data_dir) as engine:
+        await engine.create_topic("t")
+        await engine.send("t", {"n": 1})
+        await engine.store.flush()
+        before = _fingerprint(data_dir)
+        with pytest.raises(DataDirLockedError) as caught:
+            await Engine.open(data_dir)
+        assert isinstance(caught.value, EngineError)
+        assert where in str(caught.value)
+        assert f"pid {os.getpid()}" in str(caught.value)
+        assert _fingerprint(data_dir) == before
+        await engine.send("t", {"n": 2})  # the owner is untouched
+    async with Engine.open(data_dir) as engine:  # released on close
+        assert (await engine.stats("t"))["entries"] == 2
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from api import Engine
+
+    async def main():
+        async with Engine.open(sys.argv[1]) as engine:
+            await engine.create_topic("t")
+            print("ready", flush=True)
+            await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_another_process_is_refused_and_kill_9_frees_the_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(data)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "ready"
+            with pytest.raises(DataDirLockedError, match=rf"pid {holder.pid}\b"):
+                DirectoryLock.acquire(data)
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+    lock = DirectoryLock.acquire(data)  # the kernel dropped the dead holder's lock
+    lock.release()
+    lock.release()  # idempotent
