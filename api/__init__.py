@@ -28,8 +28,12 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamSourceError,
+    decode_payload,
+    encode_payload,
+    encode_value,
 )
-from txn_buffer import FinishResult, TxnInfo, TxnState
+from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
 from ._engine import (
@@ -50,6 +54,8 @@ __all__ = [
     "AbortedTxnRange",
     "AckConflictError",
     "ClosedError",
+    "CommittedReader",
+    "CommittedView",
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
@@ -85,5 +91,9 @@ __all__ = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamSourceError",
+    "decode_payload",
+    "encode_payload",
+    "encode_value",
     "validate_name",
 ]

@@ -25,6 +25,7 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamSourceError,
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, decode_row, ms_to_datetime, now_ms
 from ._position import Position
@@ -62,6 +63,7 @@ __all__ = [
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
+    "TxnStreamSourceError",
     "WriteBatch",
     "decode_payload",
     "decode_row",
