@@ -13,10 +13,12 @@ from ledger import (
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    DataDirLockedError,
     EngineError,
     EngineFailedError,
     FencedError,
     IncompatibleSnapshotError,
+    InsufficientStorageError,
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
@@ -30,9 +32,10 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamSourceError,
     validate_name,
 )
-from txn_buffer import FinishResult, TxnInfo, TxnState
+from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
 from ._core import EngineState, ProduceResult
@@ -44,9 +47,12 @@ __all__ = [
     "AbortedTxnRange",
     "AckConflictError",
     "ClosedError",
+    "CommittedReader",
+    "CommittedView",
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DataDirLockedError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -57,6 +63,7 @@ __all__ = [
     "FetchedEntry",
     "FinishResult",
     "IncompatibleSnapshotError",
+    "InsufficientStorageError",
     "InvalidArgumentError",
     "LedgerError",
     "Message",
@@ -77,5 +84,6 @@ __all__ = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamSourceError",
     "validate_name",
 ]

@@ -90,7 +90,9 @@ def ceiling_read(path: Path) -> int:
     """Committed data rows straight from SQLite into pyarrow (raw columns, no decoding)."""
     import pyarrow as pa
 
-    conn = sqlite3.connect(f"file:{path / 'txnstream.db'}?mode=ro", uri=True)
+    from ledger import DB_FILE
+
+    conn = sqlite3.connect(f"file:{path / DB_FILE}?mode=ro", uri=True)
     try:
         (topic_id,) = conn.execute(
             "SELECT topic_id FROM topics WHERE name = ?", (TOPIC,)

@@ -4,7 +4,14 @@ Also home of the engine's one exception hierarchy (:class:`EngineError` and its 
 """
 
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
-from ._codec import decode_payload, encode_payload, encode_value, pack, unpack
+from ._codec import (
+    decode_payload,
+    encode_payload,
+    encode_value,
+    pack,
+    plain_payload_layout,
+    unpack,
+)
 from ._entry import Entry, EntryKind, OutgoingMessage, TxnId
 from ._errors import (
     AckConflictError,
@@ -28,6 +35,7 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamSourceError,
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
@@ -72,6 +80,7 @@ __all__ = [
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
+    "TxnStreamSourceError",
     "WriteBatch",
     "decode_payload",
     "encode_payload",
@@ -79,6 +88,7 @@ __all__ = [
     "ms_to_datetime",
     "now_ms",
     "pack",
+    "plain_payload_layout",
     "unpack",
     "validate_name",
 ]

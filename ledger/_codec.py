@@ -62,3 +62,22 @@ def pack(obj: Any) -> bytes:
 def unpack(data: bytes) -> Any:
     """Inverse of :func:`pack`."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def plain_payload_layout() -> tuple[bytes, int] | None:
+    """The fixed prefix of a payload with no key, no properties and a bytes value, and
+    the offset of its value's msgpack tag, derived from :func:`encode_payload` and
+    checked against :func:`decode_payload`; None if the format changed shape (a
+    vectorized reader then has no fast path and decodes each payload)."""
+    publish = 1 << 40  # a current time in ms: packed as uint64 (0xcf + 8 bytes)
+    value = b"x" * 300
+    sample = encode_payload(None, encode_value(value), {}, publish)
+    tag_at = len(sample) - len(encode_value(value))
+    if (
+        tag_at != 13
+        or sample[4] != 0xCF
+        or int.from_bytes(sample[5:13], "big") != publish
+        or decode_payload(sample) != (None, value, {}, publish)
+    ):
+        return None
+    return sample[:5], tag_at

@@ -24,6 +24,7 @@ layer maps each class to a status and a contract code in one table (``api/_http.
         + CorruptEntryError           an entry failed to decode
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
+      x TxnStreamSourceError          the Spark data source: a bad option, path or answer
 
 Misuse of arguments raises :class:`InvalidArgumentError`, which is also a ``ValueError``
 and a ``TypeError`` so callers may catch the builtin they expect.
@@ -125,3 +126,7 @@ class SnapshotError(EngineError):
 
 class IncompatibleSnapshotError(SnapshotError):
     """A snapshot was written in a format this version does not know."""
+
+
+class TxnStreamSourceError(EngineError):
+    """A problem of the txnstream Spark data source, with a message that names it."""

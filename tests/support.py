@@ -6,9 +6,13 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from api import Engine, Message, Position, SubscriptionHandle
+from hypothesis import strategies as st
+
+from api import Engine, EngineConfig, Message, OutgoingMessage, Position, SubscriptionHandle, TxnId
 
 
 async def wait_until(
@@ -74,3 +78,71 @@ async def txn_state(engine: Engine, txn_id: str) -> str:
 async def make_topics(engine: Engine, *names: str) -> None:
     for name in names:
         assert await engine.create_topic(name) is True
+
+
+# -- random transaction histories (property tests) -------------------------------------
+
+HISTORY_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("begin")),
+        st.tuples(st.just("send"), st.integers(0, 3)),
+        st.tuples(st.just("plain")),
+        st.tuples(st.just("commit"), st.integers(0, 3)),
+        st.tuples(st.just("abort"), st.integers(0, 3)),
+        st.tuples(st.just("reopen")),
+    ),
+    min_size=1,
+    max_size=30,
+)
+"""Steps of a history; an int picks one of the open transactions."""
+
+
+@dataclass
+class HistoryModel:
+    """What a history says about topic ``t``: the open transactions with data on it (id
+    -> first position) and the aborted ones that had data on it (sequences)."""
+
+    open_with_data: dict[str, Position] = field(default_factory=dict)
+    aborted_with_data: set[int] = field(default_factory=set)
+
+
+async def play_history(
+    path: Path,
+    config: EngineConfig,
+    ops: list[Any],
+    check: Callable[[Engine, HistoryModel], Awaitable[None]],
+) -> None:
+    """Run ``ops`` on topics ``t`` and ``other`` (a transaction's send goes to both; a
+    ``reopen`` keeps open transactions and starts new ledgers), then ``await
+    check(engine, model)`` after every step, once it is durable."""
+    model = HistoryModel()
+    txns: list[str] = []
+    engine = await Engine.open(path, config)
+    try:
+        await engine.create_topic("t")
+        await engine.create_topic("other")
+        for step, op in enumerate(ops):
+            if op[0] == "begin":
+                txns.append((await engine.begin()).id)
+            elif op[0] == "plain":
+                await engine.send("t", f"plain-{step}".encode())
+            elif op[0] == "reopen":
+                await engine.close()
+                engine = await Engine.open(path, config)
+            elif txns:
+                txn = txns[op[1] % len(txns)]
+                if op[0] == "send":
+                    message = OutgoingMessage(f"{txn}-{step}".encode())
+                    sent = await engine.produce("t", [message], txn=txn)
+                    model.open_with_data.setdefault(txn, sent.positions[0])
+                    await engine.produce("other", [message], txn=txn)
+                else:
+                    await (engine.commit(txn) if op[0] == "commit" else engine.abort(txn))
+                    txns.remove(txn)
+                    had_data = model.open_with_data.pop(txn, None) is not None
+                    if op[0] == "abort" and had_data:
+                        model.aborted_with_data.add(TxnId.parse(txn).seq)
+            await engine.store.flush()
+            await check(engine, model)
+    finally:
+        await engine.close()

@@ -35,9 +35,12 @@ DOCUMENTED_API = [
     "AbortedTxnRange",
     "AckConflictError",
     "ClosedError",
+    "CommittedReader",
+    "CommittedView",
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DataDirLockedError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -48,6 +51,7 @@ DOCUMENTED_API = [
     "FetchedEntry",
     "FinishResult",
     "IncompatibleSnapshotError",
+    "InsufficientStorageError",
     "InvalidArgumentError",
     "LedgerError",
     "Message",
@@ -68,6 +72,7 @@ DOCUMENTED_API = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamSourceError",
     "validate_name",
 ]
 

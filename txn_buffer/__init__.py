@@ -1,6 +1,10 @@
-"""Per-topic transaction buffers (stable position) and the transaction coordinator."""
+"""Per-topic transaction buffers (stable position) and the transaction coordinator.
+
+Also :class:`CommittedReader`, the same committed view read from a data directory's file.
+"""
 
 from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
+from ._committed_reader import CommittedReader, CommittedView, DataRow
 from ._coordinator import (
     AckParticipant,
     Coordinator,
@@ -15,7 +19,10 @@ from ._topic import ProducerState, Topic
 __all__ = [
     "AbortedTxn",
     "AckParticipant",
+    "CommittedReader",
+    "CommittedView",
     "Coordinator",
+    "DataRow",
     "FinishResult",
     "OpenTxn",
     "PendingAck",

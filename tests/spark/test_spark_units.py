@@ -12,35 +12,30 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from spark_support import LiveServer, engine_view, expected_columns, populate_mixed
+from support import HISTORY_OPS, HistoryModel, play_history
 
-from api import Engine, EngineConfig, OutgoingMessage, Position, _spark_http, _spark_path
-from api._spark_common import (
-    ARROW_SCHEMA,
-    SourceOptions,
-    TxnStreamSourceError,
-    Window,
-    after,
-    make_batch,
-)
-from api._spark_sink import batch_messages, checkpoint_query_id, chunks
-from api.spark import SCHEMA
+from api import Engine, EngineConfig, Position, TxnStreamSourceError
+from api.spark import _path, _url
+from api.spark._common import ARROW_SCHEMA, SourceOptions, Window, after, make_batch
+from api.spark._http_client import HttpClient
+from api.spark._sink import batch_messages, checkpoint_query_id, chunks
+from api.spark._source import SCHEMA
 
 
 def path_view(path: Path, topic: str, isolation: str = "read_committed") -> list[Any]:
     """Everything the path reader returns for ``topic``, planned like a Spark read."""
-    conn = _spark_path.connect(path)
-    try:
-        view = _spark_path.view(conn, topic, isolation, "test")
-        if view.limit is None:
+    with _path.committed_reader(path) as reader:
+        view = reader.view(topic)
+        limit = view.max_read_position if isolation == "read_committed" else view.last_confirmed
+        if limit is None:
             return []
-        sizes = _spark_path.ledger_sizes(conn, view.topic_id)
-        window = Window(Position(0, 0), after(view.limit))
+        sizes = reader.ledger_sizes(view.topic_id)
+        window = Window(Position(0, 0), after(limit))
         rows = []
-        for part in _spark_path.split_window(sizes, window, 7):
-            for batch in _spark_path.read_range(conn, view.topic_id, part, isolation):
+        for part in _path.split_window(sizes, window, 7):
+            for batch in _path.read_range(reader, view.topic_id, part, isolation):
                 for r in batch.to_pylist():
                     rows.append(
                         (
@@ -53,98 +48,31 @@ def path_view(path: Path, topic: str, isolation: str = "read_committed") -> list
                         )
                     )
         return rows
-    finally:
-        conn.close()
 
 
 # -- the stable position and the committed view, against the engine -----------------
 
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("begin")),
-        st.tuples(st.just("send"), st.integers(0, 3)),
-        st.tuples(st.just("plain")),
-        st.tuples(st.just("commit"), st.integers(0, 3)),
-        st.tuples(st.just("abort"), st.integers(0, 3)),
-        st.tuples(st.just("reopen")),
-    ),
-    min_size=1,
-    max_size=30,
-)
-
 
 @settings(max_examples=40, deadline=None)
-@given(ops=OPS)
+@given(ops=HISTORY_OPS)
 def test_path_view_matches_engine(tmp_path_factory: pytest.TempPathFactory, ops: list[Any]) -> None:
     path = tmp_path_factory.mktemp("prop")
+
+    async def check(engine: Engine, _model: HistoryModel) -> None:
+        stats = await engine.stats("t")
+        with _path.committed_reader(path) as reader:
+            view = reader.view("t")
+        assert _text(view.max_read_position) == stats["stable_position"]
+        assert _text(view.last_confirmed) == stats["last_confirmed"]
+        for isolation in ("read_committed", "read_uncommitted"):
+            assert path_view(path, "t", isolation) == await engine_view(engine, "t", isolation)
+
     config = EngineConfig(durability="normal", ledger_max_entries=3)
-
-    async def scenario() -> None:
-        engine = await Engine.open(path, config)
-        await engine.create_topic("t")
-        await engine.create_topic("other")
-        txns: list[str] = []
-        try:
-            for step, op in enumerate(ops):
-                if op[0] == "begin":
-                    txns.append((await engine.begin()).id)
-                elif op[0] == "plain":
-                    await engine.send("t", f"plain-{step}".encode())
-                elif op[0] == "reopen":  # open transactions survive; a new ledger starts
-                    await engine.close()
-                    engine = await Engine.open(path, config)
-                elif txns:
-                    txn = txns[op[1] % len(txns)]
-                    if op[0] == "send":
-                        message = OutgoingMessage(f"{txn}-{step}".encode())
-                        await engine.produce("t", [message], txn=txn)
-                        await engine.produce("other", [message], txn=txn)
-                    else:
-                        await (engine.commit(txn) if op[0] == "commit" else engine.abort(txn))
-                        txns.remove(txn)
-                await engine.store.flush()
-                stats = await engine.stats("t")
-                conn = _spark_path.connect(path)
-                try:
-                    view = _spark_path.view(conn, "t", "read_committed", "test")
-                finally:
-                    conn.close()
-                assert _text(view.stable) == stats["stable_position"]
-                assert _text(view.last_confirmed) == stats["last_confirmed"]
-                for isolation in ("read_committed", "read_uncommitted"):
-                    assert path_view(path, "t", isolation) == await engine_view(
-                        engine, "t", isolation
-                    )
-        finally:
-            await engine.close()
-
-    asyncio.run(scenario())
+    asyncio.run(play_history(path, config, ops, check))
 
 
 def _text(position: Position | None) -> str | None:
     return None if position is None else str(position)
-
-
-async def test_stable_position_scan_hint(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path, EngineConfig(ledger_max_entries=4)) as engine:
-        await engine.create_topic("t")
-        await engine.send_many("t", [b"x"] * 6)
-        txn = await engine.begin()
-        first = await txn.send("t", b"open")
-        await engine.send_many("t", [b"y"] * 6)
-        await engine.store.flush()
-        conn = _spark_path.connect(tmp_path)
-        try:
-            conn.execute("BEGIN")
-            stable = _spark_path.stable_position(conn, 0, "t")
-            hinted = _spark_path.stable_position(conn, 0, "t", scan_from=stable)
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        assert stable is not None
-        assert after(stable) <= first
-        assert stable == hinted == Position.parse((await engine.stats("t"))["stable_position"])
-        await txn.abort()
 
 
 @pytest.mark.parametrize(
@@ -164,7 +92,7 @@ def test_payload_decoding_paths_agree(messages: list[Any]) -> None:
         (i, None, encode_payload(key, encode_value(value), props, 1_795_000_000_000 + i))
         for i, (key, value, props) in enumerate(messages)
     ]
-    batch = _spark_path._batch(3, rows).to_pylist()
+    batch = _path._batch(3, rows).to_pylist()
     for row, (_, _, data) in zip(batch, rows, strict=True):
         key, value, props, publish_ms = decode_payload(data)
         assert row["key"] == key
@@ -177,7 +105,7 @@ def test_vectorized_decoding_is_on() -> None:
     from ledger import encode_payload, encode_value
 
     payloads = pa.array([encode_payload(None, encode_value(b"abc"), {}, 1_795_000_000_000)])
-    decoded = _spark_path.decode_plain(payloads)
+    decoded = _path.decode_plain(payloads)
     assert decoded is not None, "the ledger codec changed shape: update decode_plain"
     assert decoded[0].to_pylist() == [b"abc"]
     assert decoded[1].to_pylist() == [1_795_000_000_000]
@@ -189,20 +117,20 @@ def test_vectorized_decoding_is_on() -> None:
 def test_split_window_cuts_ledgers_and_bounds() -> None:
     sizes = [(0, 5), (1, 0), (3, 12), (4, 2)]
     window = Window(Position(0, 2), Position(3, 11))
-    parts = _spark_path.split_window(sizes, window, 5)
+    parts = _path.split_window(sizes, window, 5)
     assert [(p.ledger_id, p.lo, p.hi) for p in parts] == [
         (0, 2, 5),
         (3, 0, 5),
         (3, 5, 10),
         (3, 10, 11),
     ]
-    everything = _spark_path.split_window(sizes, Window(Position(0, 0), Position(9, 0)), 100)
+    everything = _path.split_window(sizes, Window(Position(0, 0), Position(9, 0)), 100)
     assert sum(p.hi - p.lo for p in everything) == 19
-    assert _spark_path.split_window(sizes, Window(Position(3, 4), Position(3, 4)), 5) == []
+    assert _path.split_window(sizes, Window(Position(3, 4), Position(3, 4)), 5) == []
 
 
 def test_split_ledgers_over_http() -> None:
-    parts = _spark_http.split_ledgers(Window(Position(2, 5), Position(4, 7)), 3)
+    parts = _url.split_ledgers(Window(Position(2, 5), Position(4, 7)), 3)
     assert [(str(w.start), str(w.end)) for w in parts] == [
         ("2:5", "3:0"),
         ("3:0", "4:0"),
@@ -210,7 +138,7 @@ def test_split_ledgers_over_http() -> None:
         ("4:3", "4:6"),
         ("4:6", "4:7"),
     ]
-    grouped = _spark_http.split_ledgers(Window(Position(0, 0), Position(9, 2)), 100, 40.0)
+    grouped = _url.split_ledgers(Window(Position(0, 0), Position(9, 2)), 100, 40.0)
     assert [(str(w.start), str(w.end)) for w in grouped] == [
         ("0:0", "2:0"),
         ("2:0", "4:0"),
@@ -256,12 +184,18 @@ def test_options_errors(raw: dict[str, str], message: str) -> None:
 
 def test_path_errors(tmp_path: Path) -> None:
     with pytest.raises(TxnStreamSourceError, match="no such directory"):
-        _spark_path.connect(tmp_path / "missing")
-    with pytest.raises(TxnStreamSourceError, match=r"has no txnstream\.db"):
-        _spark_path.connect(tmp_path)
+        _path.database_file(tmp_path / "missing")
+    with (
+        pytest.raises(TxnStreamSourceError, match=r"has no txnstream\.db"),
+        _path.committed_reader(tmp_path),
+    ):
+        pass
     sqlite3.connect(tmp_path / "txnstream.db").execute("CREATE TABLE x (a)").connection.commit()
-    with pytest.raises(TxnStreamSourceError, match="lacks the tables"):
-        _spark_path.connect(tmp_path)
+    with (
+        pytest.raises(TxnStreamSourceError, match="lacks the tables"),
+        _path.committed_reader(tmp_path),
+    ):
+        pass
 
 
 # -- Arrow ------------------------------------------------------------------------------
@@ -347,13 +281,13 @@ def test_http_window_read_matches_engine(server: LiveServer) -> None:
     topic = server.new_topic()
     open_txn = server.run(populate_mixed(server.engine, topic))
     options = SourceOptions.parse({"url": server.url, "topic": topic, "fetchsize": "7"})
-    with _spark_http.HttpClient(options) as client:
+    with HttpClient(options) as client:
         first, limit = client.limits("read_committed")
         assert first == Position(0, 0) or first is not None
         assert limit is not None
         rows = []
-        for window in _spark_http.split_ledgers(Window(first, after(limit)), 9):
-            for batch in _spark_http.read_window(client, window, "read_committed", 7):
+        for window in _url.split_ledgers(Window(first, after(limit)), 9):
+            for batch in _url.read_window(client, window, "read_committed", 7):
                 rows += [
                     (
                         r["position"],

@@ -1,10 +1,9 @@
 """Shared pieces of the Spark data source that do not import pyspark.
 
-Options (Spark hands them over lowercased, as strings), the clear error type, positions
-and read windows, and the Arrow side: the fixed schema and the builder that turns
-decoded log entries into ``pyarrow.RecordBatch``es matching it exactly.
-
-Only :mod:`api.spark` and the other ``api._spark_*`` modules import this module.
+Options (Spark hands them over lowercased, as strings), positions and read windows, and
+the Arrow side: the fixed schema and the builder that turns decoded log entries into
+``pyarrow.RecordBatch``es matching it exactly. The error type is the tree's
+:class:`~api.TxnStreamSourceError`.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from api import validate_name
-from ledger import InvalidArgumentError, Position
+from api import InvalidArgumentError, Position, TxnStreamSourceError, validate_name
 
 FORMAT = "txnstream"
 
@@ -64,10 +62,6 @@ DEFAULT_WRITE_BATCH = 2_000
 DEFAULT_HTTP_TIMEOUT = 60.0
 BATCH_ROWS = 8_192
 """Rows per Arrow record batch a reader yields."""
-
-
-class TxnStreamSourceError(Exception):
-    """A problem of the txnstream Spark data source, with a message that names it."""
 
 
 # -- positions ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ and retried):
   ``finish``: a micro-batch replayed after a restart finds its key used and all its new
   transactions are aborted instead, so it never lands twice.
 
-Two backends carry it: :class:`~api._spark_http.HttpClient` (``url``) and
+Two backends carry it: :class:`~api.spark._http_client.HttpClient` (``url``) and
 :class:`EngineSink` (``path``), an :class:`~api.Engine` opened in the calling process.
 """
 
@@ -33,13 +33,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from ledger import EngineError, OutgoingMessage, TopicNotFoundError
+from api import (
+    Engine,
+    EngineConfig,
+    EngineError,
+    OutgoingMessage,
+    TopicNotFoundError,
+    TxnStreamSourceError,
+)
 
-from ._config import EngineConfig
-from ._engine import Engine
-from ._spark_common import SourceOptions, TxnStreamSourceError
-from ._spark_http import HttpClient
-from ._spark_path import database_file
+from ._common import SourceOptions
+from ._http_client import HttpClient
+from ._path import database_file
 
 T = TypeVar("T")
 Message = tuple[str | None, Any, dict[str, str] | None]

@@ -1,33 +1,24 @@
-"""The Spark ``url`` mode: a small synchronous client of the HTTP API (HTTP_API.md).
+"""The Spark ``url`` mode's own small synchronous client of the HTTP API (HTTP_API.md).
 
 Reading uses the range fetch (``GET /v1/topics/{t}/fetch``), whose answer carries the
-aborted transactions with data in the returned range, so each Spark task drops aborted
-data from its own answers with no other state. Writing uses transactions with labels,
-``POST /v1/topics/{t}/messages`` with ``txn``, the label-prefix listing and the atomic
-``POST /v1/transactions/finish``.
+aborted transactions with data in the returned range. Writing uses transactions with
+labels, ``POST /v1/topics/{t}/messages`` with ``txn``, the label-prefix listing and the
+atomic ``POST /v1/transactions/finish``. Kept in this one module so that the shared
+client of ``api/client`` can replace it in one place.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
-import pyarrow as pa  # type: ignore[import-untyped]
 
-from ledger import InvalidArgumentError, Position
+from api import InvalidArgumentError, Position, TxnStreamSourceError
 
-from ._spark_common import (
-    READ_COMMITTED,
-    SourceOptions,
-    TxnStreamSourceError,
-    Window,
-    make_batch,
-)
-
-_PAGE = 1000
+from ._common import READ_COMMITTED, SourceOptions
 
 
 class TxnStreamHttpError(TxnStreamSourceError):
@@ -95,10 +86,10 @@ class HttpClient:
         """``(first retained position, read limit)`` of the topic for ``isolation``."""
         body = self.fetch(None, 1, isolation)
         entries = body["entries"]
-        first = _position(entries[0]["position"]) if entries else None
+        first = answer_position(entries[0]["position"]) if entries else None
         key = "stable_position" if isolation == READ_COMMITTED else "last_confirmed"
         limit = body.get(key)
-        return first, None if limit is None else _position(limit)
+        return first, None if limit is None else answer_position(limit)
 
     def entries_per_ledger(self) -> float | None:
         """The topic's average ledger size (entries, markers included), from its stats."""
@@ -116,7 +107,7 @@ class HttpClient:
             if not body["entries"]:
                 break
             count -= len(body["entries"])
-            position = _position(body["next"])
+            position = answer_position(body["next"])
         return position
 
     # -- writing -------------------------------------------------------------------
@@ -158,96 +149,9 @@ class HttpClient:
         return bool(body.get("duplicate", False))
 
 
-def _position(text: str) -> Position:
+def answer_position(text: str) -> Position:
+    """A position in a server answer; a clear error if it is malformed."""
     try:
         return Position.parse(text)
     except InvalidArgumentError:
         raise TxnStreamSourceError(f"the server answered a bad position {text!r}") from None
-
-
-def split_ledgers(
-    window: Window, max_entries: int, entries_per_ledger: float | None = None
-) -> list[Window]:
-    """Windows of whole ledgers covering ``window``.
-
-    Ledger sizes are unknown over HTTP: a window holds ``max_entries /
-    entries_per_ledger`` ledgers (the topic's average, from its stats; one ledger when
-    unknown). The last ledger, whose extent is known, is cut into ranges of at most
-    ``max_entries``.
-    """
-    per_part = 1
-    if entries_per_ledger and entries_per_ledger > 0:
-        per_part = max(1, int(max_entries // entries_per_ledger))
-    parts: list[Window] = []
-    last = window.end.ledger_id
-    ledger_id = window.start.ledger_id
-    lo = window.start
-    while ledger_id < last:
-        upto = min(ledger_id + per_part, last)
-        parts.append(Window(lo, Position(upto, 0)))
-        ledger_id, lo = upto, Position(upto, 0)
-    while lo < window.end:
-        hi = Position(last, min(window.end.entry_id, lo.entry_id + max_entries))
-        parts.append(Window(lo, hi))
-        lo = hi
-    return [part for part in parts if not part.empty]
-
-
-def read_window(
-    client: HttpClient, window: Window, isolation: str, fetch_size: int
-) -> Iterator[Any]:
-    """Record batches of the data entries in ``window``, aborted data dropped using the
-    ``aborted`` list of each fetch answer (read_committed)."""
-    position = window.start
-    size = min(fetch_size, _PAGE)  # a first small page: the ledger may not exist
-    while position < window.end:
-        body = client.fetch(position, size, isolation)
-        entries = body["entries"]
-        if not entries:
-            return
-        aborted = (
-            {a["txn"] for a in body.get("aborted", ())} if isolation == READ_COMMITTED else set()
-        )
-        ledgers: list[int] = []
-        entry_ids: list[int] = []
-        keys: list[str | None] = []
-        values: list[Any] = []
-        props: list[dict[str, str] | None] = []
-        txns: list[str | None] = []
-        publish: list[str] = []
-        done = False
-        for entry in entries:
-            pos = _position(entry["position"])
-            if pos >= window.end:
-                done = True
-                break
-            if entry["kind"] != "data":
-                continue
-            txn = entry.get("txn")
-            if txn is not None and txn in aborted:
-                continue
-            ledgers.append(pos.ledger_id)
-            entry_ids.append(pos.entry_id)
-            keys.append(entry.get("key"))
-            if "value_b64" in entry:
-                values.append(base64.b64decode(entry["value_b64"]))
-            else:
-                values.append(entry.get("value"))
-            props.append(entry.get("properties"))
-            txns.append(None if txn is None else str(txn))
-            publish.append(entry["publish_time"])
-        if entry_ids:
-            yield make_batch(
-                ledgers,
-                entry_ids,
-                keys,
-                values,
-                props,
-                txns,
-                pa.array(publish, pa.string()),
-                txn_text=True,
-            )
-        if done:
-            return
-        position = _position(body["next"])
-        size = fetch_size

@@ -40,7 +40,7 @@ holds data of an open transaction, and aborted data never appears.
 Writing (``mode("append")``): rows need a ``value`` column (binary -> bytes, string ->
 string, or with ``valueFormat=json`` a string parsed as JSON); ``key`` (string) and
 ``properties`` (map<string,string>) are optional; other columns are ignored. Exactly
-once: see :mod:`api._spark_sink` for the protocol. Options ``transactionTimeoutMs``
+once: see :mod:`api.spark._sink` for the protocol. Options ``transactionTimeoutMs``
 (600000: a job must finish within it) and ``writeBatchSize`` (2000 messages per append).
 Writing through ``path`` opens an :class:`~api.Engine` in Spark's Python workers, one
 at a time (a file lock), and requires that no ``txnstream serve`` runs on that directory.
@@ -55,49 +55,38 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
-
-try:
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-except ImportError as exc:  # pragma: no cover - PySpark 4.0
-    raise ImportError(
-        "the txnstream Spark data source needs PySpark >= 4.1 (DataSourceStreamArrowWriter)"
-    ) from exc
 from pyspark.sql.types import (
     BinaryType,
-    DataType,
     LongType,
     MapType,
-    NullType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-from ledger import Position
+from api import Position, TxnStreamSourceError
 
-from . import _spark_http, _spark_path
-from ._spark_common import (
+from ._common import (
     FORMAT,
     READ_COMMITTED,
     SourceOptions,
-    TxnStreamSourceError,
     Window,
     after,
     offset_of,
     parse_position,
     position_of,
 )
-from ._spark_sink import abort_job, checkpoint_query_id, commit_job, write_rows
+from ._http_client import HttpClient
+from ._path import LedgerRange, committed_reader, read_range, split_window
+from ._url import read_window, split_ledgers
+from ._writers import TxnStreamStreamWriter, TxnStreamWriter, check_write
 
 try:  # PySpark >= 4.2
     from pyspark.sql.streaming.datasource import (
@@ -112,8 +101,6 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in for PySpark < 4.2."""
 
-
-__all__ = ["TxnStreamDataSource", "TxnStreamSourceError"]
 
 SCHEMA = StructType(
     [
@@ -152,11 +139,11 @@ class TxnStreamDataSource(DataSource):
         return TxnStreamStreamReader(self._options())
 
     def writer(self, schema: StructType, overwrite: bool) -> TxnStreamWriter:
-        options = _check_write(self._options(), schema, overwrite)
+        options = check_write(self._options(), schema, overwrite)
         return TxnStreamWriter(options, uuid.uuid4().hex)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TxnStreamStreamWriter:
-        options = _check_write(self._options(), schema, overwrite)
+        options = check_write(self._options(), schema, overwrite)
         return TxnStreamStreamWriter(options, self.options.get("checkpointlocation"))
 
 
@@ -203,15 +190,13 @@ class _Planner:
         """``(first retained position, read limit)`` of the topic right now."""
         opts = self.options
         if opts.path is not None:
-            conn = _spark_path.connect(opts.path)
-            try:
-                view = _spark_path.view(
-                    conn, opts.topic, opts.isolation, opts.where, scan_from=scan_from
-                )
-            finally:
-                conn.close()
-            return view.first, view.limit
-        with _spark_http.HttpClient(opts) as client:
+            with committed_reader(opts.path) as reader:
+                view = reader.view(opts.topic, scan_from=scan_from)
+            limit = (
+                view.max_read_position if opts.isolation == READ_COMMITTED else view.last_confirmed
+            )
+            return view.first, limit
+        with HttpClient(opts) as client:
             return client.limits(opts.isolation)
 
     def partitions(self, window: Window) -> list[TxnStreamPartition]:
@@ -219,21 +204,17 @@ class _Planner:
         if window.empty:
             return []
         if opts.url is not None:
-            with _spark_http.HttpClient(opts) as client:
+            with HttpClient(opts) as client:
                 first, _ = client.limits(opts.isolation)
                 average = client.entries_per_ledger()
             if first is not None and window.start < first:  # retention trimmed the head
                 window = Window(min(first, window.end), window.end)
-            windows = _spark_http.split_ledgers(window, opts.max_entries_per_partition, average)
+            windows = split_ledgers(window, opts.max_entries_per_partition, average)
             return [TxnStreamPartition(window=(str(w.start), str(w.end))) for w in windows]
         assert opts.path is not None
-        conn = _spark_path.connect(opts.path)
-        try:
-            tid = _spark_path.topic_id(conn, opts.topic, opts.where)
-            sizes = _spark_path.ledger_sizes(conn, tid)
-        finally:
-            conn.close()
-        ranges = _spark_path.split_window(sizes, window, opts.max_entries_per_partition)
+        with committed_reader(opts.path) as reader:
+            sizes = reader.ledger_sizes(reader.topic_id(opts.topic))
+        ranges = split_window(sizes, window, opts.max_entries_per_partition)
         groups: list[list[tuple[int, int, int]]] = []
         total = 0
         for r in ranges:
@@ -251,21 +232,14 @@ class _Planner:
             return  # Spark's placeholder partition of an empty read
         if partition.window is not None:
             start, end = (Position.parse(p) for p in partition.window)
-            with _spark_http.HttpClient(opts) as client:
-                yield from _spark_http.read_window(
-                    client, Window(start, end), opts.isolation, opts.fetch_size
-                )
+            with HttpClient(opts) as client:
+                yield from read_window(client, Window(start, end), opts.isolation, opts.fetch_size)
             return
         assert opts.path is not None
-        conn = _spark_path.connect(opts.path)
-        try:
-            tid = _spark_path.topic_id(conn, opts.topic, opts.where)
+        with committed_reader(opts.path) as reader:
+            tid = reader.topic_id(opts.topic)
             for ledger_id, lo, hi in partition.ranges:
-                yield from _spark_path.read_range(
-                    conn, tid, _spark_path.LedgerRange(ledger_id, lo, hi), opts.isolation
-                )
-        finally:
-            conn.close()
+                yield from read_range(reader, tid, LedgerRange(ledger_id, lo, hi), opts.isolation)
 
 
 class TxnStreamReader(DataSourceReader):
@@ -341,14 +315,10 @@ class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _position_after(self, start: Position, count: int) -> Position:
         opts = self.options
         if opts.path is not None:
-            conn = _spark_path.connect(opts.path)
-            try:
-                tid = _spark_path.topic_id(conn, opts.topic, opts.where)
-                nth = _spark_path.nth_position(conn, tid, start, count)
-            finally:
-                conn.close()
+            with committed_reader(opts.path) as reader:
+                nth = reader.nth_position(reader.topic_id(opts.topic), start, count)
             return nth if nth is not None else Position(2**62, 0)
-        with _spark_http.HttpClient(opts) as client:
+        with HttpClient(opts) as client:
             return client.position_after(start, count, opts.isolation)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
@@ -360,175 +330,3 @@ class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the checkpoint is the truth."""
-
-
-# -- writing -------------------------------------------------------------------------
-
-
-def _is_type(data_type: DataType, *types: type[DataType]) -> bool:
-    return isinstance(data_type, types)
-
-
-def _check_write(options: SourceOptions, schema: StructType, overwrite: bool) -> SourceOptions:
-    if overwrite:
-        raise TxnStreamSourceError(
-            "the txnstream sink only appends: use mode('append') (a topic cannot be overwritten)"
-        )
-    fields = {field.name.lower(): field.dataType for field in schema.fields}
-    if "value" not in fields:
-        raise TxnStreamSourceError(
-            "the DataFrame has no 'value' column; writing to txnstream needs a 'value' column"
-            " (binary or string), optional 'key' (string) and 'properties'"
-            f" (map<string,string>); columns found: {', '.join(schema.names) or 'none'}"
-        )
-    value_type = fields["value"]
-    if options.value_format == "json":
-        if not _is_type(value_type, StringType, NullType):
-            raise TxnStreamSourceError(
-                f"with valueFormat 'json' the 'value' column must be a string of JSON text, not"
-                f" {value_type.simpleString()}"
-            )
-    elif not _is_type(value_type, BinaryType, StringType, NullType):
-        raise TxnStreamSourceError(
-            f"the 'value' column must be binary or string, not {value_type.simpleString()}"
-            " (serialize it first, e.g. with to_json(), and use valueFormat 'json')"
-        )
-    if "key" in fields and not _is_type(fields["key"], StringType, NullType):
-        raise TxnStreamSourceError(
-            f"the 'key' column must be a string, not {fields['key'].simpleString()}"
-        )
-    props = fields.get("properties")
-    if props is not None and not (
-        isinstance(props, NullType)
-        or (
-            isinstance(props, MapType)
-            and isinstance(props.keyType, StringType)
-            and isinstance(props.valueType, StringType)
-        )
-    ):
-        raise TxnStreamSourceError(
-            f"the 'properties' column must be map<string,string>, not {props.simpleString()}"
-        )
-    _check_target(options)
-    return options
-
-
-def _check_target(options: SourceOptions) -> None:
-    """A clear error now (on the driver) for a bad path/url or a missing topic."""
-    if options.path is not None:
-        conn = _spark_path.connect(options.path)
-        try:
-            _spark_path.topic_id(conn, options.topic, options.where)
-        finally:
-            conn.close()
-    else:
-        with _spark_http.HttpClient(options) as client:
-            client.check_topic()
-
-
-class TxnCommitMessage(WriterCommitMessage):
-    """What a task attempt wrote: its open transaction (None if it had no rows)."""
-
-    def __init__(
-        self,
-        txn: str | None,
-        partition: int,
-        attempt: int,
-        rows: int,
-        query_id: str | None = None,
-        batch_id: str | None = None,
-    ) -> None:
-        self.txn = txn
-        self.partition = partition
-        self.attempt = attempt
-        self.rows = rows
-        self.query_id = query_id
-        self.batch_id = batch_id
-
-    def __repr__(self) -> str:
-        return (
-            f"TxnCommitMessage(txn={self.txn!r}, partition={self.partition},"
-            f" attempt={self.attempt}, rows={self.rows})"
-        )
-
-
-def _task() -> tuple[int, int, Any]:
-    context = TaskContext.get()
-    if context is None:  # not in a Spark task (direct calls in tests)
-        return 0, 0, None
-    return context.partitionId(), context.attemptNumber(), context
-
-
-class TxnStreamWriter(DataSourceArrowWriter):
-    """Batch write, exactly once: one transaction per task attempt, decided by the driver."""
-
-    def __init__(self, options: SourceOptions, job_id: str) -> None:
-        self.options = options
-        self.job_id = job_id
-
-    @property
-    def label_prefix(self) -> str:
-        return f"spark:{self.job_id}:"
-
-    def write(self, iterator: Iterator[Any]) -> TxnCommitMessage:
-        partition, attempt, _ = _task()
-        label = f"{self.label_prefix}{partition}:{attempt}"
-        txn, rows = write_rows(self.options, label, iterator)
-        return TxnCommitMessage(txn, partition, attempt, rows)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        winners = [m.txn for m in messages if isinstance(m, TxnCommitMessage) and m.txn]
-        commit_job(self.options, self.label_prefix, winners, None)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.options, self.label_prefix)
-
-
-class TxnStreamStreamWriter(DataSourceStreamArrowWriter):
-    """Streaming write, exactly once across restarts: ``finish`` with the idempotence
-    key ``"<query id>:<batch id>"`` makes a replayed micro-batch abort instead of land."""
-
-    def __init__(self, options: SourceOptions, checkpoint: str | None) -> None:
-        self.options = options
-        self.checkpoint = checkpoint
-
-    @staticmethod
-    def label_prefix(query_id: str, batch_id: int | str) -> str:
-        return f"spark-stream:{query_id}:{batch_id}:"
-
-    def write(self, iterator: Iterator[Any]) -> TxnCommitMessage:
-        partition, attempt, context = _task()
-        query_id = batch_id = None
-        if context is not None:
-            query_id = context.getLocalProperty("sql.streaming.queryId")
-            batch_id = context.getLocalProperty("streaming.sql.batchId")
-        if query_id is None:
-            query_id = checkpoint_query_id(self.checkpoint) or "unknown-query"
-        label = f"{self.label_prefix(query_id, batch_id or 'unknown')}{partition}:{attempt}"
-        txn, rows = write_rows(self.options, label, iterator)
-        return TxnCommitMessage(txn, partition, attempt, rows, query_id, batch_id)
-
-    def _query_id(self, messages: list[WriterCommitMessage | None]) -> str | None:
-        for message in messages:
-            if isinstance(message, TxnCommitMessage) and message.query_id:
-                return message.query_id
-        return checkpoint_query_id(self.checkpoint)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        query_id = self._query_id(messages)
-        winners = [m.txn for m in messages if isinstance(m, TxnCommitMessage) and m.txn]
-        if query_id is None:
-            if not winners:
-                return
-            raise TxnStreamSourceError(
-                f"micro-batch {batchId}: the streaming query id is unknown, so the write cannot"
-                " be made exactly once; nothing of it was committed"
-            )
-        commit_job(
-            self.options, self.label_prefix(query_id, batchId), winners, f"{query_id}:{batchId}"
-        )
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        query_id = self._query_id(messages)
-        if query_id is not None:
-            abort_job(self.options, self.label_prefix(query_id, batchId))
