@@ -38,7 +38,7 @@ from ledger import (
 from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
-from ._core import EngineState, ProduceResult
+from ._core import EngineState, Health, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._stats import TopicStats
@@ -62,6 +62,7 @@ __all__ = [
     "FetchResult",
     "FetchedEntry",
     "FinishResult",
+    "Health",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
     "InvalidArgumentError",

@@ -30,6 +30,7 @@ class TopicAdmin(EngineCore):
             if name in self._topics:
                 return False
             store = self.store
+            store.check_space()
             topic_id = await Catalog(store).next_topic_id()
             created = now_ms()
             batch = WriteBatch()

@@ -39,6 +39,12 @@ class EngineConfig:
     """Backpressure: appends wait while more entries than this await their group commit."""
     retention_check_interval: float = 30.0
     """How often topics with a retention policy are trimmed."""
+    min_free_bytes: int = 64 * MiB
+    """New data is refused (:class:`InsufficientStorageError`) while the data directory's
+    file system has less free space than this; 0 turns the check off."""
+    auto_recover: bool = True
+    """After a storage failure, reopen and recover in place (with backoff) instead of
+    staying failed until the owner reopens the engine."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
@@ -63,6 +69,8 @@ class EngineConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.min_free_bytes < 0:
+            raise ValueError("min_free_bytes must not be negative")
         if self.default_txn_timeout > self.max_txn_timeout:
             raise ValueError("default_txn_timeout exceeds max_txn_timeout")
 

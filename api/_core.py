@@ -41,9 +41,19 @@ class EngineState(enum.Enum):
 
     UNOPENED = "unopened"
     OPEN = "open"
+    RECOVERING = "recovering"
     CLOSING = "closing"
     CLOSED = "closed"
     FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """``status`` is ``ok`` (writes accepted), ``degraded`` (reads only: e.g. the disk is
+    full), ``recovering`` or ``failed``; ``reason`` says why when it is not ``ok``."""
+
+    status: str
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,10 @@ class EngineCore:
             return
         if self.state is EngineState.FAILED:
             raise EngineFailedError(f"the engine failed: {self._failure}") from self._failure
+        if self.state is EngineState.RECOVERING:
+            raise EngineFailedError(
+                f"the engine is recovering from a storage failure: {self._failure}"
+            )
         raise ClosedError(f"the engine is {self.state.value}")
 
     @property

@@ -3,7 +3,10 @@
 The engine owns the store, every topic, the coordinator, the subscription registry and
 every background task (started through :meth:`Engine._spawn`, cancelled and awaited by
 :meth:`Engine.close`). Calls check the lifecycle state first: ``UNOPENED -> OPEN ->
-CLOSING -> CLOSED``, or ``FAILED`` when the store or a background task failed.
+CLOSING -> CLOSED``. When the store or a background task fails, ``OPEN -> RECOVERING ->
+OPEN``: the engine reopens its store and recovers in place, with backoff (or goes
+``FAILED`` with ``auto_recover=False``). New data is refused while the disk is nearly
+full (:class:`InsufficientStorageError`, health ``degraded``); reads go on.
 
 Work lives in the layers; this module wires it. The engine's state and call checks are
 :class:`~api._core.EngineCore`; topic administration (:mod:`api._admin`) and consuming
@@ -43,7 +46,7 @@ from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 from ._admin import TopicAdmin
 from ._config import EngineConfig
 from ._consume import Consuming
-from ._core import EngineState, ProduceResult, check_values
+from ._core import EngineState, Health, ProduceResult, check_values
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._recovery import load_topics, reconcile
@@ -91,10 +94,17 @@ class Engine(TopicAdmin, Consuming):
         if self.state is not EngineState.UNOPENED:
             raise ClosedError("an engine cannot be reopened; make a new one")
         self.path.mkdir(parents=True, exist_ok=True)
+        await self._load()
+        self.state = EngineState.OPEN
+        self._start_background()
+
+    async def _load(self) -> None:
+        """Open the store and rebuild every component from it (recovery)."""
         store = await Store.open(
             self.path / DB_FILE,
             synchronous="FULL" if self.config.durability == "full" else "NORMAL",
             max_pending_entries=self.config.max_pending_entries,
+            min_free_bytes=self.config.min_free_bytes,
         )
         self._store = store
         try:
@@ -119,8 +129,9 @@ class Engine(TopicAdmin, Consuming):
         except BaseException:
             await store.close()
             raise
-        self.state = EngineState.OPEN
-        self._spawn(coordinator.run_timeouts(), name="txnstream-timeouts")
+
+    def _start_background(self) -> None:
+        self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
 
@@ -134,12 +145,10 @@ class Engine(TopicAdmin, Consuming):
             return
         if self.state is EngineState.CLOSING:
             return
+        recovering = self.state is EngineState.RECOVERING
         self.state = EngineState.CLOSING
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._store is not None and self._store.failure is None:
+        await self._stop_background()
+        if self._store is not None and self._store.failure is None and not recovering:
             batch = WriteBatch()
             self.coordinator.persist_open(batch)  # open transactions survive a clean close
             if batch:
@@ -171,12 +180,69 @@ class Engine(TopicAdmin, Consuming):
             log.error("engine task %s crashed", task.get_name(), exc_info=exc)
             self._fail(exc)
 
+    async def _stop_background(self) -> None:
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def _fail(self, exc: BaseException) -> None:
-        if self.state in (EngineState.CLOSED, EngineState.FAILED):
+        """The store or a background task failed: recover in place (or stay FAILED)."""
+        if self.state is not EngineState.OPEN:
             return
         self._failure = exc
-        self.state = EngineState.FAILED
         self._wake_all()
+        if not self.config.auto_recover:
+            self.state = EngineState.FAILED
+            return
+        self.state = EngineState.RECOVERING
+        self._spawn(self._recover(), name="txnstream-recovery")
+
+    async def _recover(self) -> None:
+        """Reopen the store and rebuild everything from disk, with backoff, until it works.
+
+        A failed flush leaves memory ahead of disk (positions were assigned when the
+        batches were prepared), so the only consistent state is the durable one:
+        recovery rebuilds it exactly as a restart would. Acknowledged writes are on
+        disk; the failed flush's requests got an error, so nothing acknowledged is lost.
+        """
+        await self._stop_background()
+        delay = 0.05
+        while True:
+            if self._store is not None:
+                await self._store.close()
+                self._store = None
+            try:
+                await self._load()
+            except Exception as exc:  # noqa: BLE001 - any failure: report it, try again
+                self._failure = exc
+                log.warning("recovery failed (%s); retrying in %.2f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            break
+        log.warning("recovered from a storage failure: %s", self._failure)
+        self.state = EngineState.OPEN
+        self._failure = None
+        self._start_background()
+
+    def health(self) -> Health:
+        """Whether writes are accepted now (``ok``), only reads (``degraded``), or
+        neither (``recovering``, ``failed``), with the reason."""
+        if self.state is EngineState.OPEN:
+            store = self.store
+            if store.space_low:
+                return Health(
+                    "degraded",
+                    f"writes refused: {store.free_bytes} bytes free, fewer than the"
+                    f" {store.min_free_bytes} required",
+                )
+            return Health("ok", None)
+        if self.state is EngineState.RECOVERING:
+            return Health("recovering", f"reopening after a storage failure: {self._failure}")
+        if self.state is EngineState.FAILED:
+            return Health("failed", f"the engine failed: {self._failure}")
+        return Health("failed", f"the engine is {self.state.value}")
 
     def _wake_all(self) -> None:
         if self._subscriptions is not None:
@@ -284,6 +350,7 @@ class Engine(TopicAdmin, Consuming):
         limit = self.config.max_message_bytes
         encoded = [_check_message(m, limit) for m in messages]
         store = self.store
+        store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
         # Nothing below awaits: positions are assigned and submitted in one step.

@@ -159,6 +159,7 @@ class ManagedLedger:
         positions: list[Position] = []
         rows: list[tuple[Any, ...]] = []
         topic_id = self.topic_id
+        size = 0
         for kind, txn_id, payload in records:
             current = self._ledgers[-1]
             if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
@@ -167,6 +168,7 @@ class ManagedLedger:
             position = Position(current.ledger_id, current.entries)
             current.entries += 1
             current.bytes += len(payload)
+            size += len(payload)
             rows.append(
                 (
                     topic_id,
@@ -180,6 +182,7 @@ class ManagedLedger:
             positions.append(position)
         batch.add_many(_INSERT_ENTRY, rows)
         batch.entries += len(records)
+        batch.bytes += size
         return positions
 
     def _roll_over(self, batch: WriteBatch, pending_rows: list[tuple[Any, ...]]) -> LedgerInfo:

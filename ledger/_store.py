@@ -16,23 +16,32 @@ This is the only module that imports aiosqlite. Design:
   after ``linger`` seconds, or as soon as ``flush_entries`` are queued. A transaction of
   N sends and a commit therefore costs one flush, like Kafka's producer with linger.
 * A flush that fails is retried with backoff for transient errors; after that the store
-  fails: every pending and later submission raises :class:`EngineFailedError`, and the
-  owner reopens (recovery redoes the rest).
+  fails: every pending and later submission raises :class:`EngineFailedError` (or
+  :class:`InsufficientStorageError` when the disk is full), and the owner reopens
+  (recovery redoes the rest). A failed flush cannot be undone in memory — positions
+  were assigned when the batches were prepared — so reopening is the only way back.
+* Free space: with ``min_free_bytes`` set, :attr:`Store.space_low` says when the file
+  system holds less than that. Owners refuse *new data* then (before preparing
+  anything), so a full disk shows up as refused appends instead of a failed flush, and
+  writes resume by themselves once space is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from ._errors import ClosedError, EngineFailedError
+from ._errors import ClosedError, EngineFailedError, InsufficientStorageError
 from ._lock import DirectoryLock
 from ._schema import migrate
 
@@ -40,7 +49,16 @@ log = logging.getLogger("txnstream.store")
 
 Params = Sequence[Any]
 _TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
+_NO_SPACE = ("database or disk is full", "no space left", "quota exceeded")
 _RETRY_DELAYS = (0.01, 0.05, 0.2, 0.5, 1.0)
+_SPACE_CHECK_INTERVAL = 0.01  # statvfs costs ~1 us: fresh enough, yet not per batch under load
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """True if ``exc`` says the disk (or a quota) is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(word in str(exc).lower() for word in _NO_SPACE)
 
 
 class WriteBatch:
@@ -50,13 +68,15 @@ class WriteBatch:
     building must reach the writer in the order they were assigned.
     """
 
-    __slots__ = ("_callbacks", "_statements", "entries")
+    __slots__ = ("_callbacks", "_statements", "bytes", "entries")
 
     def __init__(self) -> None:
         self._statements: list[tuple[str, list[Params]]] = []
         self._callbacks: list[Callable[[], None]] = []
         self.entries = 0
         """Log entries this batch appends (for metrics and backpressure)."""
+        self.bytes = 0
+        """Payload bytes of those entries (for the free-space estimate)."""
 
     def add(self, sql: str, params: Params = ()) -> None:
         """Queue one statement."""
@@ -122,8 +142,13 @@ class Store:
         max_pending_entries: int,
         linger: float = 0.005,
         flush_entries: int = 1000,
+        min_free_bytes: int = 0,
     ) -> None:
         self.path = path
+        self.min_free_bytes = min_free_bytes
+        self._free_checked = -1.0
+        self._free_bytes = 0
+        self._written_since_check = 0
         self._linger = linger
         self._flush_entries = flush_entries
         self._linger_handle: asyncio.TimerHandle | None = None
@@ -152,6 +177,7 @@ class Store:
         synchronous: str = "FULL",
         readers: int = 2,
         max_pending_entries: int = 20_000,
+        min_free_bytes: int = 0,
     ) -> Store:
         """Open (creating if needed) the database at ``path`` and start the writer.
 
@@ -182,7 +208,13 @@ class Store:
             await writer.close()
             lock.release()
             raise
-        store = cls(path, writer, reader_conns, max_pending_entries=max_pending_entries)
+        store = cls(
+            path,
+            writer,
+            reader_conns,
+            max_pending_entries=max_pending_entries,
+            min_free_bytes=min_free_bytes,
+        )
         store._lock = lock
         store._task = asyncio.create_task(store._run_writer(), name="txnstream-writer")
         return store
@@ -199,6 +231,7 @@ class Store:
         future = asyncio.get_running_loop().create_future() if wait else None
         self._queue.append((batch, future))
         self._queued_entries += batch.entries
+        self._written_since_check += batch.bytes
         self._drained.clear()
         if wait or self._queued_entries >= self._flush_entries:
             self._wakeup.set()
@@ -225,6 +258,38 @@ class Store:
             self._wakeup.set()
             await self._drained.wait()
         self._check_writable()
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes available to this process on the file system of the database.
+
+        Read with ``statvfs`` at most every 10 ms, minus what was written
+        since (twice: the WAL, then the checkpoint into the database), and read again
+        at once when that estimate comes near the reserve.
+        """
+        now = time.monotonic()
+        estimate = self._free_bytes - 2 * self._written_since_check
+        if estimate < 2 * self.min_free_bytes or now - self._free_checked >= _SPACE_CHECK_INTERVAL:
+            stat = os.statvfs(self.path.parent)
+            self._free_bytes = estimate = stat.f_bavail * stat.f_frsize
+            self._free_checked = now
+            self._written_since_check = 0
+        return estimate
+
+    @property
+    def space_low(self) -> bool:
+        """True while less than ``min_free_bytes`` are free: new data should be refused."""
+        return self.min_free_bytes > 0 and self.free_bytes < self.min_free_bytes
+
+    def check_space(self) -> None:
+        """Raise :class:`InsufficientStorageError` while :attr:`space_low`."""
+        if self.space_low:
+            self._free_checked = -1.0  # the next request looks again
+            raise InsufficientStorageError(
+                f"not enough disk space: {self.free_bytes} bytes free on the data"
+                f" directory's file system, {self.min_free_bytes} required for new data;"
+                " writes resume once space is freed"
+            )
 
     def _check_writable(self) -> None:
         if self.failure is not None:
@@ -288,7 +353,11 @@ class Store:
             log.error("storage failed; the engine must be reopened", exc_info=exc)
             self.failure = exc
         pending, self._queue = [*taken, *self._queue], []
-        error = EngineFailedError(f"storage failed: {exc}")
+        error: Exception
+        if is_no_space(exc):
+            error = InsufficientStorageError(f"the disk is full: {exc}; nothing was written")
+        else:
+            error = EngineFailedError(f"storage failed: {exc}")
         for _, future in pending:
             if future is not None and not future.done():
                 future.set_exception(error)

@@ -50,6 +50,7 @@ DOCUMENTED_API = [
     "FetchResult",
     "FetchedEntry",
     "FinishResult",
+    "Health",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
     "InvalidArgumentError",
