@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from api import Engine, EngineConfig
-from api._http import ERROR_TABLE, Drain, create_app, lookup_error
+from api.http import ERROR_TABLE, Drain, create_app
+from api.http._errors import lookup_error
 
 
 @pytest.fixture
