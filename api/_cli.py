@@ -29,7 +29,7 @@ import httpx
 import typer
 
 if TYPE_CHECKING:
-    from ._http import ASGIApp, Drain, Message, Receive, Scope, Send
+    from api.http import ASGIApp, Drain, Message, Receive, Scope, Send
 
 __all__ = ["add_command_group", "app", "main"]
 
@@ -70,7 +70,7 @@ class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
     def __init__(self, data: Path, durability: str) -> None:
-        from ._http import Drain
+        from api.http import Drain
 
         self.data = data
         self.durability = durability
@@ -84,16 +84,15 @@ class _ServedApp:
             return
         inner = self._app
         if inner is None:  # uvicorn serves only after startup completed; be safe anyway
-            from ._http import _send_error
+            from api.http import send_error
 
-            await _send_error(send, 503, "unavailable", "the engine is not open")
+            await send_error(send, 503, "unavailable", "the engine is not open")
             return
         await inner(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         from api import Engine, EngineConfig
-
-        from ._http import create_app
+        from api.http import create_app
 
         while True:
             message: Message = await receive()

@@ -68,13 +68,25 @@ class EngineMetrics:
             registry=self.registry,
         )
 
+    def render(self, topic_stats: list[dict[str, Any]], now: float) -> tuple[bytes, str]:
+        """Prometheus text and content type: these counters, then per-topic gauges.
+
+        ``topic_stats`` are the ``engine.stats()`` bodies the caller awaited for this
+        scrape (the HTTP ``/metrics`` route); ``now`` is the scrape's wall-clock time.
+        """
+        topics = TopicStatsCollector()
+        topics.update(topic_stats, now)
+        extra = CollectorRegistry(auto_describe=False)
+        extra.register(topics)
+        return generate_latest(self.registry) + generate_latest(extra), CONTENT_TYPE_LATEST
+
 
 class TopicStatsCollector(Collector):
     """Per-topic gauges computed from ``engine.stats()`` snapshots at scrape time.
 
-    The HTTP ``/metrics`` route awaits the stats of every topic, hands them to
-    :meth:`update`, then renders; the collector itself never touches the engine (the
-    prometheus-client collect() protocol is synchronous).
+    :meth:`EngineMetrics.render` hands it the stats the caller awaited; the collector
+    itself never touches the engine (the prometheus-client collect() protocol is
+    synchronous).
     """
 
     def __init__(self) -> None:
@@ -184,10 +196,3 @@ def _epoch(value: object) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
-
-
-def render_metrics(registry: CollectorRegistry, topics: TopicStatsCollector) -> tuple[bytes, str]:
-    """Prometheus text of the engine's registry followed by the per-topic gauges."""
-    extra = CollectorRegistry(auto_describe=False)
-    extra.register(topics)
-    return generate_latest(registry) + generate_latest(extra), CONTENT_TYPE_LATEST

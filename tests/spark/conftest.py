@@ -61,7 +61,7 @@ def spark() -> Iterator[SparkSession]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     import uvicorn
 
-    from api._http import create_app
+    from api.http import create_app
 
     data = tmp_path_factory.mktemp("spark-server-data")
     port = free_port()

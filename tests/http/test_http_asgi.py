@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from support import wait_until
 
 from api import Engine, EngineConfig
-from api._http import ERROR_TABLE, Drain, create_app, lookup_error
+from api.http import ERROR_TABLE, Drain, create_app
+from api.http._errors import lookup_error
 
 
 @pytest.fixture
@@ -31,6 +33,21 @@ async def client(engine: Any, drain: Drain) -> Any:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://txnstream") as http:
         yield http
+
+
+async def _attached_poll(
+    client: httpx.AsyncClient, engine: Any, wait_ms: int
+) -> asyncio.Task[httpx.Response]:
+    """A long-poll receive on ``t``/``s``, returned once its consumer is attached."""
+    poll = asyncio.create_task(
+        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": wait_ms})
+    )
+
+    async def attached() -> bool:
+        return bool((await engine.stats("t"))["subscriptions"]["s"]["consumers"])
+
+    await wait_until(attached, 5, "the long poll to attach")
+    return poll
 
 
 def test_error_table_walks_the_mro() -> None:
@@ -69,13 +86,7 @@ async def test_drain_ends_pending_long_polls(
     await client.put("/v1/topics/t")
     await client.put("/v1/topics/t/subscriptions/s")
     started = time.monotonic()
-    poll = asyncio.create_task(
-        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": 20000})
-    )
-    deadline = time.monotonic() + 5
-    while not (await engine.stats("t"))["subscriptions"]["s"]["consumers"]:
-        assert time.monotonic() < deadline, "the long poll never attached"
-        await asyncio.sleep(0.01)
+    poll = await _attached_poll(client, engine, wait_ms=20000)
     drain.start()
     r = await asyncio.wait_for(poll, timeout=5)
     assert r.status_code == 200
@@ -93,13 +104,7 @@ async def test_long_poll_during_subscription_delete_is_not_503(
 ) -> None:
     await client.put("/v1/topics/t")
     await client.put("/v1/topics/t/subscriptions/s")
-    poll = asyncio.create_task(
-        client.get("/v1/topics/t/subscriptions/s/messages", params={"wait_ms": 5000})
-    )
-    deadline = time.monotonic() + 5
-    while not (await engine.stats("t"))["subscriptions"]["s"]["consumers"]:
-        assert time.monotonic() < deadline, "the long poll never attached"
-        await asyncio.sleep(0.01)
+    poll = await _attached_poll(client, engine, wait_ms=5000)
     assert (await client.delete("/v1/topics/t/subscriptions/s")).status_code == 200
     r = await asyncio.wait_for(poll, timeout=10)
     assert r.status_code in (200, 404), r.text

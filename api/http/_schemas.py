@@ -2,7 +2,7 @@
 
 Request models validate strictly (no ``"1"`` for an integer, no ``1`` for a boolean), so
 wrong types are 400 ``invalid_request``. Response models exist for ``/openapi.json``; the
-routes build their JSON bodies directly (see ``api/_http.py``) and the schemathesis test
+routes build their JSON bodies directly (see ``api/http/_json.py``) and the schemathesis test
 keeps the two in step.
 """
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import wait_until
 
 SUB_TYPES = ["exclusive", "failover", "shared", "key_shared"]
 
@@ -412,13 +413,14 @@ async def test_fencing_by_transactional_id(client: httpx.AsyncClient, name: str)
     ]:
         r = await client.request(method, path, json=body)
         assert (r.status_code, r.json()["error"]["code"]) == (409, "fenced"), path
-    info = (await client.get(f"/v1/transactions/{old}")).json()
-    assert info["fenced"] is True
-    deadline = time.monotonic() + 5
-    while info["state"] != "aborted":  # see test_fenced_transaction_reads_aborted_at_once
-        assert info["state"] == "aborting", info
-        assert time.monotonic() < deadline, info
+    assert (await client.get(f"/v1/transactions/{old}")).json()["fenced"] is True
+
+    async def aborted() -> bool:  # see test_fenced_transaction_reads_aborted_at_once
         info = (await client.get(f"/v1/transactions/{old}")).json()
+        assert info["state"] in ("aborting", "aborted"), info
+        return bool(info["state"] == "aborted")
+
+    await wait_until(aborted, 5, "the fenced transaction to be aborted")
     assert (await client.post(f"/v1/transactions/{new}/commit")).status_code == 200
 
 
@@ -437,13 +439,11 @@ async def test_fenced_transaction_reads_aborted_at_once(
 async def test_transaction_timeout_aborts(client: httpx.AsyncClient, name: str) -> None:
     await make_topic(client, name)
     txn = await begin(client, timeout_ms=1)
-    deadline = time.monotonic() + 10
-    while True:
-        state = (await client.get(f"/v1/transactions/{txn}")).json()["state"]
-        if state == "aborted":
-            break
-        assert time.monotonic() < deadline, f"still {state}"
-        await asyncio.sleep(0.05)
+
+    async def aborted() -> bool:
+        return bool((await client.get(f"/v1/transactions/{txn}")).json()["state"] == "aborted")
+
+    await wait_until(aborted, 10, "the timeout to abort the transaction", interval=0.05)
     r = await client.post(f"/v1/transactions/{txn}/commit")
     assert (r.status_code, r.json()["error"]["code"]) == (409, "txn_not_open")
 
@@ -543,11 +543,12 @@ async def test_long_poll_wakes_on_commit(client: httpx.AsyncClient, name: str) -
 
     started = time.monotonic()
     poll = asyncio.create_task(receive(client, name, "s", consumer="c1", wait_ms=5000))
-    # Synchronise: the poll is waiting once its consumer is attached.
-    deadline = time.monotonic() + 5
-    while "c1" not in (await stats(client, name))["subscriptions"]["s"]["consumers"]:
-        assert time.monotonic() < deadline, "the long poll never attached"
+
+    async def attached() -> bool:  # the poll is waiting once its consumer is attached
         assert not poll.done(), poll
+        return "c1" in (await stats(client, name))["subscriptions"]["s"]["consumers"]
+
+    await wait_until(attached, 5, "the long poll to attach")
     assert not poll.done()
     committed_at = time.monotonic()
     assert (await client.post(f"/v1/transactions/{txn}/commit")).status_code == 200

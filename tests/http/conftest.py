@@ -1,8 +1,6 @@
-"""Fixtures for the HTTP and CLI tests: real servers on free loopback ports.
+"""Fixtures for the HTTP tests (the session's ``live_server`` is in ``tests/conftest.py``).
 
-- ``live_server``: one uvicorn server per test session, run by ``api._cli._make_server``
-  (the same lifespan as ``txnstream serve``) in a background thread with its own event
-  loop and a fresh data directory. Tests isolate themselves with unique topic names.
+- ``client``: an ``httpx.AsyncClient`` on the live server.
 - ``ServeProcess``: a real ``python -m api serve`` subprocess, for restart and SIGTERM
   tests that need their own data directory.
 """
@@ -14,18 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from support import free_port, wait_for
-
-from api._cli import _make_server
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,46 +29,10 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@dataclass
-class LiveServer:
-    """A server running in this process; ``url`` is its base URL."""
-
-    url: str
-    data: Path
-
-
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    data = tmp_path_factory.mktemp("live-data")
-    port = free_port()
-    server = _make_server(data, "127.0.0.1", port, log_level="warning")
-    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
-    assert server.started, "the live server failed to start"
-    try:
-        yield LiveServer(f"http://127.0.0.1:{port}", data)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=40)
-        assert not thread.is_alive(), "the live server did not stop"
-
-
-@pytest.fixture
-def base_url(live_server: LiveServer) -> str:
-    return live_server.url
-
-
 @pytest.fixture
 async def client(base_url: str) -> Any:
     async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
         yield http
-
-
-@pytest.fixture
-def name() -> str:
-    """A fresh topic/subscription name prefix for one test."""
-    return f"t{uuid.uuid4().hex[:12]}"
 
 
 class ServeProcess:

@@ -1,0 +1,41 @@
+"""Health and metrics: ``GET /v1/health`` and ``GET /metrics`` (Prometheus text)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from api import TopicNotFoundError
+
+from ._json import ok
+from ._params import engine_of
+from ._schemas import HealthResponse
+
+router = APIRouter(tags=["admin"])
+
+
+@router.get("/v1/health", response_model=HealthResponse)
+async def health() -> Response:
+    """Liveness: 200 while the server runs."""
+    return ok({"status": "ok"})
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition: engine counters plus per-topic gauges."""
+    engine = engine_of(request)
+    snapshots: list[dict[str, Any]] = []
+    for topic in await engine.list_topics():
+        try:
+            snapshots.append(await engine.stats(topic))
+        except TopicNotFoundError:
+            continue
+    body, content_type = engine.metrics.render(snapshots, time.time())
+    return Response(body, media_type=content_type)

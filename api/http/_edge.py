@@ -1,0 +1,194 @@
+"""The server's edge: ASGI types, the edge middleware and the shutdown drain.
+
+``EdgeMiddleware`` (pure ASGI, cheap) gives each request an id, enforces the request
+body limit before any parsing (413 ``too_large``), logs one line per request at debug,
+and turns anything unexpected into a logged 500 ``internal``. ``Drain`` ends pending
+long polls early when the server shuts down, so a SIGTERM is not held up by 30-second
+polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ._json import error_body
+
+log = logging.getLogger("txnstream.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+REQUEST_ID_KEY = "txnstream.request_id"
+NONFINITE_KEY = "txnstream.maybe_nonfinite"
+"""Set when the raw body mentions NaN/Infinity, which json.loads accepts but JSON has not."""
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_DRAIN_SLACK = 64 * 1024 * 1024
+"""How much of an oversize body is read and dropped so the client sees the 413."""
+
+
+class Drain:
+    """Tells long-poll receives that the server is shutting down, so they end early.
+
+    ``start()`` may be called from a signal handler or another thread.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._future: asyncio.Future[None] | None = None
+        self._started = False
+
+    @property
+    def started(self) -> bool:
+        """True once shutdown has begun."""
+        return self._started
+
+    def future(self) -> asyncio.Future[None]:
+        """A future of the running loop, done once draining starts."""
+        if self._future is None:
+            self._loop = asyncio.get_running_loop()
+            self._future = self._loop.create_future()
+            if self._started:
+                self._future.set_result(None)
+        return self._future
+
+    def start(self) -> None:
+        """Begin draining: pending and later long polls answer at once."""
+        self._started = True
+        loop, future = self._loop, self._future
+        if loop is not None and future is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_set_done, future)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class EdgeMiddleware:
+    """Request id, body size limit, per-request debug log, last-resort 500."""
+
+    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+        self.app = app
+        self.max_request_bytes = max_request_bytes
+        self._prefix = os.urandom(3).hex()
+        self._counter = itertools.count(1)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"{self._prefix}-{next(self._counter)}"
+        scope[REQUEST_ID_KEY] = request_id
+        started = time.perf_counter()
+        status = 0
+        header = (b"x-request-id", request_id.encode("ascii"))
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+            await send(message)
+
+        try:
+            if scope["method"] in _BODY_METHODS:
+                body = await self._read_body(scope, receive)
+                if body is None:
+                    await send_error(send_with_id, 413, "too_large", self._too_large_text())
+                    return
+                receive = _replay(body, receive)
+                if b"NaN" in body or b"Infinity" in body:
+                    scope[NONFINITE_KEY] = True
+                if body and not any(name == b"content-type" for name, _ in scope["headers"]):
+                    scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("request %s %s failed id=%s", scope["method"], scope["path"], request_id)
+            if status:
+                raise
+            await send_error(
+                send_with_id, 500, "internal", f"internal error (request {request_id})"
+            )
+        finally:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "request id=%s method=%s path=%s status=%d duration_ms=%.2f",
+                    request_id,
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    (time.perf_counter() - started) * 1000,
+                )
+
+    def _too_large_text(self) -> str:
+        return f"request body exceeds the limit of {self.max_request_bytes} bytes"
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None (after draining what is reasonable) when it is too big."""
+        limit = self.max_request_bytes
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = None
+        too_large = declared is not None and declared > limit
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # Client went away; hand the app an empty body, it will fail to answer.
+                return b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                too_large = True
+            if too_large:
+                chunks.clear()
+                if size > limit + _DRAIN_SLACK:
+                    return None
+            else:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return None if too_large else b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def send_error(send: Send, status: int, code: str, message: str) -> None:
+    """Answer with a contract error body straight over ASGI (no app involved)."""
+    body = error_body(code, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

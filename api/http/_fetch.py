@@ -1,0 +1,44 @@
+"""Range fetch: ``GET /v1/topics/{topic}/fetch``, raw entries plus the aborted txns among them.
+
+A stateless reader (the HTTP client, a Spark task) filters aborted data itself with the
+``aborted`` list, so the server keeps no per-reader state.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from ._errors import responses
+from ._json import entry_json, ok, pos
+from ._params import TopicName, engine_of
+from ._schemas import FETCH_FROM_PATTERN, FetchResponse, Isolation
+
+router = APIRouter(tags=["messages"])
+
+
+@router.get("/v1/topics/{topic}/fetch", response_model=FetchResponse, responses=responses(404))
+async def fetch(
+    topic: TopicName,
+    request: Request,
+    start: Annotated[str | None, Query(alias="from", pattern=FETCH_FROM_PATTERN)] = None,
+    max_entries: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 1000,
+    isolation: Annotated[Isolation, Query()] = "read_committed",
+) -> Response:
+    """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
+    engine = engine_of(request)
+    begin_at = None if start in (None, "earliest") else start
+    result = await engine.fetch(topic, begin_at, max=max_entries, isolation=isolation)
+    return ok(
+        {
+            "entries": [entry_json(e) for e in result.entries],
+            "aborted": [
+                {"txn": str(a.txn), "first_position": str(a.first_position)} for a in result.aborted
+            ],
+            "next": str(result.next),
+            "stable_position": pos(result.stable_position),
+            "last_confirmed": pos(result.last_confirmed),
+        }
+    )

@@ -1,0 +1,155 @@
+"""Subscriptions: create, delete, receive (long poll), ack, nack and seek.
+
+A receive with ``wait_ms`` waits on the engine's notification
+(``engine.receive(timeout=...)``) and ends early, with no messages, when the server
+starts draining for shutdown (:class:`Drain`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import Response
+
+from api import Engine, Position
+
+from ._edge import Drain
+from ._errors import responses
+from ._json import message_json, ok
+from ._params import SubName, TopicName, drain_of, engine_of
+from ._schemas import (
+    AckRequest,
+    AckResponse,
+    NackRequest,
+    NackResponse,
+    ReceiveResponse,
+    SeekRequest,
+    SeekResponse,
+    SubscriptionDeletedResponse,
+    SubscriptionRequest,
+    SubscriptionResponse,
+)
+
+router = APIRouter(tags=["subscriptions"])
+
+_SUBSCRIPTION = "/v1/topics/{topic}/subscriptions/{sub}"
+
+
+@router.put(
+    _SUBSCRIPTION,
+    response_model=SubscriptionResponse,
+    status_code=201,
+    responses={
+        200: {"model": SubscriptionResponse, "description": "It existed, same settings."},
+        **responses(404, 409),
+    },
+)
+async def create_subscription(
+    topic: TopicName,
+    sub: SubName,
+    request: Request,
+    body: Annotated[SubscriptionRequest | None, Body()] = None,
+) -> Response:
+    """Create a durable subscription (201), or confirm an identical one (200)."""
+    engine = engine_of(request)
+    req = body or SubscriptionRequest()
+    created = await engine.create_subscription(
+        topic,
+        sub,
+        type=req.type,
+        initial_position=req.initial_position,
+        isolation=req.isolation,
+    )
+    return ok(
+        {
+            "topic": topic,
+            "subscription": sub,
+            "type": req.type,
+            "isolation": req.isolation,
+            "initial_position": req.initial_position,
+            "created": created,
+        },
+        201 if created else 200,
+    )
+
+
+@router.delete(_SUBSCRIPTION, response_model=SubscriptionDeletedResponse, responses=responses(404))
+async def delete_subscription(topic: TopicName, sub: SubName, request: Request) -> Response:
+    """Delete a subscription and its cursor."""
+    engine = engine_of(request)
+    await engine.delete_subscription(topic, sub)
+    return ok({"topic": topic, "subscription": sub, "deleted": True})
+
+
+@router.get(
+    f"{_SUBSCRIPTION}/messages", response_model=ReceiveResponse, responses=responses(404, 409)
+)
+async def receive(
+    topic: TopicName,
+    sub: SubName,
+    request: Request,
+    consumer: Annotated[str, Query(min_length=1, max_length=200)] = "default",
+    max_messages: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 100,
+    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+) -> Response:
+    """Up to ``max`` messages, waiting up to ``wait_ms`` for the first one."""
+    engine = engine_of(request)
+    drain = drain_of(request)
+    messages = await _receive(engine, drain, topic, sub, consumer, max_messages, wait_ms)
+    return ok({"messages": [message_json(m) for m in messages]})
+
+
+@router.post(f"{_SUBSCRIPTION}/ack", response_model=AckResponse, responses=responses(404, 409))
+async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request) -> Response:
+    """Acknowledge positions (cumulatively, or within a transaction)."""
+    engine = engine_of(request)
+    positions = [Position.parse(p) for p in body.positions]
+    await engine.ack(topic, sub, positions, cumulative=body.cumulative, txn=body.txn)
+    return ok({"acked": len(positions)})
+
+
+@router.post(f"{_SUBSCRIPTION}/nack", response_model=NackResponse, responses=responses(404))
+async def nack(topic: TopicName, sub: SubName, body: NackRequest, request: Request) -> Response:
+    """Ask for redelivery of positions (``redelivery_count`` + 1)."""
+    engine = engine_of(request)
+    positions = [Position.parse(p) for p in body.positions]
+    await engine.nack(topic, sub, positions)
+    return ok({"nacked": len(positions)})
+
+
+@router.post(f"{_SUBSCRIPTION}/seek", response_model=SeekResponse, responses=responses(404))
+async def seek(topic: TopicName, sub: SubName, body: SeekRequest, request: Request) -> Response:
+    """Move the cursor: everything before the position counts as acknowledged."""
+    engine = engine_of(request)
+    await engine.seek(topic, sub, body.position)
+    return ok({"position": body.position})
+
+
+async def _receive(
+    engine: Engine,
+    drain: Drain,
+    topic: str,
+    sub: str,
+    consumer: str,
+    max_messages: int,
+    wait_ms: int,
+) -> Sequence[Any]:
+    """``engine.receive``, cut short (with no messages) if the server starts draining."""
+    if wait_ms == 0 or drain.started:
+        return await engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=0.0)
+    task = asyncio.create_task(
+        engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=wait_ms / 1000),
+        name=f"http-receive:{topic}/{sub}/{consumer}",
+    )
+    try:
+        await asyncio.wait((task, drain.future()), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return []
+    return task.result()

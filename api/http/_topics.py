@@ -1,0 +1,58 @@
+"""Topics: create, list, delete and stats (``/v1/topics``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import Response
+
+from ._errors import responses
+from ._json import ok
+from ._params import TopicName, engine_of
+from ._schemas import (
+    StatsResponse,
+    TopicDeletedResponse,
+    TopicListResponse,
+    TopicRequest,
+    TopicResponse,
+)
+
+router = APIRouter(tags=["topics"])
+
+
+@router.put(
+    "/v1/topics/{topic}",
+    response_model=TopicResponse,
+    status_code=201,
+    responses={200: {"model": TopicResponse, "description": "It existed."}, **responses()},
+)
+async def create_topic(
+    topic: TopicName, request: Request, body: Annotated[TopicRequest | None, Body()] = None
+) -> Response:
+    """Create a topic: 201 when created, 200 when it existed."""
+    engine = engine_of(request)
+    created = await engine.create_topic(topic)
+    return ok({"topic": topic}, 201 if created else 200)
+
+
+@router.get("/v1/topics", response_model=TopicListResponse, responses=responses())
+async def list_topics(request: Request) -> Response:
+    """All topic names."""
+    engine = engine_of(request)
+    return ok({"topics": list(await engine.list_topics())})
+
+
+@router.delete("/v1/topics/{topic}", response_model=TopicDeletedResponse, responses=responses(404))
+async def delete_topic(topic: TopicName, request: Request) -> Response:
+    """Delete a topic with its data, subscriptions and snapshots."""
+    engine = engine_of(request)
+    await engine.delete_topic(topic)
+    return ok({"topic": topic, "deleted": True})
+
+
+@router.get("/v1/topics/{topic}/stats", response_model=StatsResponse, responses=responses(404))
+async def topic_stats(topic: TopicName, request: Request) -> Response:
+    """Positions, transaction counts, sizes and subscriptions of a topic."""
+    engine = engine_of(request)
+    return ok(await engine.stats(topic))

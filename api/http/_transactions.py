@@ -1,0 +1,102 @@
+"""Transactions: begin, list, get, commit, abort and finish (``/v1/transactions``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import Response
+
+from ._errors import responses
+from ._json import ok, txn_json
+from ._params import TxnParam, engine_of
+from ._schemas import (
+    BeginRequest,
+    FinishRequest,
+    FinishResponse,
+    TxnListResponse,
+    TxnResponse,
+    TxnState,
+)
+
+router = APIRouter(tags=["transactions"])
+
+
+@router.post("/v1/transactions", response_model=TxnResponse, status_code=201, responses=responses())
+async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] = None) -> Response:
+    """Begin a transaction; a reused ``transactional_id`` fences the previous one."""
+    engine = engine_of(request)
+    req = body or BeginRequest()
+    timeout = None if req.timeout_ms is None else req.timeout_ms / 1000
+    txn = await engine.begin(
+        timeout=timeout, transactional_id=req.transactional_id, label=req.label
+    )
+    timeout_ms = req.timeout_ms
+    if timeout_ms is None:
+        timeout_ms = round(engine.config.default_txn_timeout * 1000)
+    return ok(
+        {
+            "txn": str(txn.id),
+            "state": "open",
+            "label": req.label,
+            "topics": [],
+            "fenced": False,
+            "timeout_ms": timeout_ms,
+        },
+        201,
+    )
+
+
+@router.get("/v1/transactions", response_model=TxnListResponse, responses=responses())
+async def list_transactions(
+    request: Request,
+    state: Annotated[TxnState | None, Query()] = None,
+    label_prefix: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    """Transactions, optionally filtered by state and label prefix."""
+    engine = engine_of(request)
+    infos = await engine.transactions(state=state, label_prefix=label_prefix)
+    return ok({"transactions": [txn_json(info) for info in infos]})
+
+
+@router.post(
+    "/v1/transactions/finish", response_model=FinishResponse, responses=responses(404, 409)
+)
+async def finish(body: FinishRequest, request: Request) -> Response:
+    """Commit and abort several transactions in one atomic decision."""
+    engine = engine_of(request)
+    result = await engine.finish(
+        commit=body.commit, abort=body.abort, idempotence_key=body.idempotence_key
+    )
+    return ok(
+        {
+            "committed": [str(t) for t in result.committed],
+            "aborted": [str(t) for t in result.aborted],
+            "duplicate": result.duplicate,
+        }
+    )
+
+
+@router.get("/v1/transactions/{txn}", response_model=TxnResponse, responses=responses(404))
+async def get_transaction(txn: TxnParam, request: Request) -> Response:
+    """One transaction's state, label, topics and whether it was fenced."""
+    engine = engine_of(request)
+    return ok(txn_json(await engine.get_transaction(txn)))
+
+
+@router.post(
+    "/v1/transactions/{txn}/commit", response_model=TxnResponse, responses=responses(404, 409)
+)
+async def commit(txn: TxnParam, request: Request) -> Response:
+    """Commit; 200 once the markers are durable (again 200 if already committed)."""
+    engine = engine_of(request)
+    return ok(txn_json(await engine.commit(txn)))
+
+
+@router.post(
+    "/v1/transactions/{txn}/abort", response_model=TxnResponse, responses=responses(404, 409)
+)
+async def abort(txn: TxnParam, request: Request) -> Response:
+    """Abort (again 200 if already aborted)."""
+    engine = engine_of(request)
+    return ok(txn_json(await engine.abort(txn)))
