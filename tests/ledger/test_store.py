@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
-from support import wait_until
+from support import wait_until, write_lock
 
 from ledger import DB_FILE, ClosedError, EngineFailedError, Store, WriteBatch
 
@@ -37,17 +37,6 @@ def on_disk(path: Path) -> list[int]:
     """What another connection sees: only committed rows, in insertion order."""
     with closing(sqlite3.connect(path)) as conn:
         return [n for (n,) in conn.execute("SELECT n FROM log ORDER BY rowid")]
-
-
-@contextmanager
-def write_lock(path: Path) -> Iterator[sqlite3.Connection]:
-    """Hold SQLite's write lock from a second connection until the block ends."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute("BEGIN EXCLUSIVE")
-        try:
-            yield conn
-        finally:
-            conn.execute("ROLLBACK")
 
 
 def submit(store: Store, batch: WriteBatch) -> asyncio.Future[None]:

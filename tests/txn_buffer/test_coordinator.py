@@ -7,110 +7,27 @@ Begin, commit, abort, finish (atomic, idempotence keys), timeouts, fencing by
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import wait_until
+from coordinator_support import LONG, Harness
+from support import eventually, write_lock
 
 from ledger import (
     DB_FILE,
     FencedError,
     InvalidArgumentError,
-    ManagedLedger,
-    Position,
-    Store,
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
     WriteBatch,
-    encode_value,
     now_ms,
 )
-from txn_buffer import Coordinator, Topic, TxnBuffer, TxnRecord, TxnState
+from txn_buffer import Coordinator, TxnRecord, TxnState
 
 pytestmark = pytest.mark.timeout(20)
-
-TOPICS = ("a", "b")
-LONG = 60.0  # a timeout no test reaches
-
-
-class Harness:
-    """A store, two topics and a coordinator on one data file; reopenable."""
-
-    def __init__(self, path: Path, ended_retention: float = 3600.0) -> None:
-        self.path = path
-        self.ended_retention = ended_retention
-        self.ended: list[tuple[str, bool]] = []
-
-    async def open(self) -> Coordinator:
-        self.store = store = await Store.open(self.path, max_pending_entries=1000)
-        self.topics: dict[str, Topic] = {}
-        fresh = not await store.read("SELECT 1 FROM ledgers")
-        batch = WriteBatch()
-        for topic_id, name in enumerate(TOPICS):
-            if fresh:
-                ledger = ManagedLedger.create(
-                    store, batch, topic_id, max_entries=1000, max_bytes=1 << 20
-                )
-            else:
-                ledger = await ManagedLedger.open(
-                    store, topic_id, max_entries=1000, max_bytes=1 << 20
-                )
-            self.topics[name] = Topic(name, topic_id, ledger, TxnBuffer(), {}, now_ms())
-        await store.write(batch)
-        self.coordinator = Coordinator(
-            store,
-            self.topics.get,
-            default_timeout=LONG,
-            max_timeout=2 * LONG,
-            ended_retention=self.ended_retention,
-        )
-        self.coordinator.on_ended = lambda r, committed: self.ended.append(
-            (str(r.txn_id), committed)
-        )
-        await self.coordinator.load()
-        return self.coordinator
-
-    async def reopen(self) -> Coordinator:
-        await self.store.close()
-        return await self.open()
-
-    async def send(self, txn: TxnRecord, topic: str, value: Any = 0) -> Position:
-        """A transactional append, as the engine makes it."""
-        record = self.coordinator.check_open(txn.txn_id)
-        batch = WriteBatch()
-        self.coordinator.register_topic(batch, record, topic)
-        (position,) = self.topics[topic].prepare_data(
-            batch, [(None, encode_value(value), {})], record.txn_id
-        )
-        await self.store.write(batch)
-        return position
-
-    async def log(self, topic: str) -> list[tuple[str, int | None]]:
-        """The topic's entries as ``(kind, txn seq)``."""
-        await self.store.flush()
-        entries = await self.topics[topic].ledger.read(Position(0, 0), Position(99, 0), 10_000)
-        return [(e.kind.label, None if e.txn_id is None else e.txn_id.seq) for e in entries]
-
-    async def rows(self) -> dict[int, tuple[str, int]]:
-        """Durable ``txns`` rows: seq -> (state, fenced)."""
-        await self.store.flush()
-        rows = await self.store.read("SELECT seq, state, fenced FROM txns")
-        return {seq: (state, fenced) for seq, state, fenced in rows}
-
-    async def everything(self) -> tuple[Any, ...]:
-        """A fingerprint of the coordinator's and the log's state."""
-        coordinator = self.coordinator
-        return (
-            [(r.txn_id, r.state, r.fenced, list(r.topics)) for r in coordinator.records()],
-            coordinator.low_watermark(),
-            await self.rows(),
-            [await self.log(t) for t in TOPICS],
-        )
 
 
 @pytest.fixture
@@ -133,26 +50,8 @@ def coord(harness: Harness) -> Coordinator:
     return harness.coordinator
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    async def check() -> bool:
-        return condition()
-
-    await wait_until(check, timeout, what)
-
-
-@contextmanager
-def write_lock(path: Path) -> Iterator[None]:
-    """Hold SQLite's write lock from a second connection: the writer's flushes stall."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute("BEGIN EXCLUSIVE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-
-
 async def past_deadline(record: TxnRecord) -> None:
-    await until(lambda: now_ms() >= record.deadline_ms, "the deadline to pass")
+    await eventually(lambda: now_ms() >= record.deadline_ms, "the deadline to pass")
 
 
 # -- begin -----------------------------------------------------------------------------
@@ -304,7 +203,7 @@ async def test_run_timeouts_aborts_expired_transactions(
     await harness.send(long, "a")
     task = asyncio.create_task(coord.run_timeouts())
     try:
-        await until(lambda: short.state is TxnState.ABORTED, "the timeout to abort")
+        await eventually(lambda: short.state is TxnState.ABORTED, "the timeout to abort")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -345,10 +244,10 @@ async def test_long_ended_transactions_are_forgotten(path: Path) -> None:
         await harness.send(still_open, "a")
         ended_ms = ended.ended_ms
         assert ended_ms is not None
-        await until(lambda: now_ms() > ended_ms, "a millisecond to pass")
+        await eventually(lambda: now_ms() > ended_ms, "a millisecond to pass")
         task = asyncio.create_task(coord.run_timeouts())
         try:
-            await until(lambda: ended not in list(coord.records()), "the prune")
+            await eventually(lambda: ended not in list(coord.records()), "the prune")
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -407,7 +306,7 @@ async def test_fencing_a_holder_whose_commit_is_in_flight(
     await harness.send(old, "a")
     with write_lock(path):
         commit = asyncio.create_task(coord.commit(old.txn_id))
-        await until(lambda: old.state is TxnState.COMMITTING, "the commit to start")
+        await eventually(lambda: old.state is TxnState.COMMITTING, "the commit to start")
         assert coord.low_watermark() == old.txn_id.seq  # undecided while in flight
         new = coord.begin(transactional_id="p")
     await commit
@@ -591,7 +490,7 @@ async def test_load_restores_the_transaction_log(harness: Harness, coord: Coordi
     # The loaded transactions keep working: deadlines, topics and holders.
     task = asyncio.create_task(coord.run_timeouts())
     try:
-        await until(
+        await eventually(
             lambda: coord.get(short.txn_id).state is TxnState.ABORTED, "the loaded deadline"
         )
     finally:
