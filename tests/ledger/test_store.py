@@ -91,7 +91,7 @@ async def retried(caplog: pytest.LogCaptureFixture) -> None:
 
 
 async def test_batches_are_durable_in_submission_order(store: Store, path: Path) -> None:
-    futures = [store.submit(insert(n)) for n in range(20)]
+    futures = [submit(store, insert(n)) for n in range(20)]
     await asyncio.gather(*futures)
     assert on_disk(path) == list(range(20))
     assert await store.read("SELECT n FROM log ORDER BY rowid") == [(n,) for n in range(20)]
@@ -99,9 +99,9 @@ async def test_batches_are_durable_in_submission_order(store: Store, path: Path)
 
 async def test_batches_queued_between_flushes_share_one_flush(store: Store, path: Path) -> None:
     flushes = Flushes(store)
-    first = [store.submit(insert(n, entries=1)) for n in range(5)]
+    first = [submit(store, insert(n, entries=1)) for n in range(5)]
     await asyncio.gather(*first)
-    second = [store.submit(insert(n, entries=2)) for n in range(5, 8)]
+    second = [submit(store, insert(n, entries=2)) for n in range(5, 8)]
     await asyncio.gather(*second)
     assert flushes.entries == [5, 6]
     assert on_disk(path) == list(range(8))

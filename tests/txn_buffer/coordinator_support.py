@@ -22,13 +22,18 @@ LONG = 60.0  # a timeout no test reaches
 class Harness:
     """A store, two topics and a coordinator on one data file; reopenable."""
 
-    def __init__(self, path: Path, ended_retention: float = 3600.0) -> None:
+    def __init__(
+        self, path: Path, ended_retention: float = 3600.0, synchronous: str = "FULL"
+    ) -> None:
         self.path = path
         self.ended_retention = ended_retention
+        self.synchronous = synchronous
         self.ended: list[tuple[str, bool]] = []
 
     async def open(self) -> Coordinator:
-        self.store = store = await Store.open(self.path, max_pending_entries=1000)
+        self.store = store = await Store.open(
+            self.path, synchronous=self.synchronous, max_pending_entries=1000
+        )
         self.topics: dict[str, Topic] = {}
         fresh = not await store.read("SELECT 1 FROM ledgers")
         batch = WriteBatch()
@@ -57,8 +62,15 @@ class Harness:
         return self.coordinator
 
     async def reopen(self) -> Coordinator:
+        """Close the store (what is queued gets written) and open everything again."""
         await self.store.close()
         return await self.open()
+
+    async def close_cleanly(self) -> None:
+        """What a clean engine close writes: the rows of open transactions without one."""
+        batch = WriteBatch()
+        self.coordinator.persist_open(batch)
+        await self.store.write(batch)
 
     async def send(self, txn: TxnRecord, topic: str, value: Any = 0) -> Position:
         """A transactional append, as the engine makes it."""

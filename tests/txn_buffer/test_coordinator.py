@@ -222,7 +222,7 @@ async def test_commit_after_the_deadline_aborts(harness: Harness, coord: Coordin
     await past_deadline(txn)
     with pytest.raises(TxnNotOpenError, match="timed out"):
         coord.check_open(txn.txn_id)
-    assert txn.state is TxnState.OPEN  # check_open only wakes the timeout task
+    assert coord.open_records() == [txn]  # check_open only wakes the timeout task
     with pytest.raises(TxnNotOpenError, match="timed out"):
         await coord.commit(txn.txn_id)
     assert txn.state is TxnState.ABORTED
