@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,27 @@ async def play_history(
             await check(engine, model)
     finally:
         await engine.close()
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> float:
+    """:func:`wait_until` for a plain (synchronous) condition."""
+
+    async def check() -> bool:
+        return condition()
+
+    return await wait_until(check, timeout, what)
+
+
+@contextmanager
+def write_lock(db: Path) -> Iterator[sqlite3.Connection]:
+    """Hold SQLite's write lock on ``db`` from a second connection until the block ends.
+
+    The store's writer stalls meanwhile (and reports "database is locked" once its busy
+    timeout passes), which freezes a flush mid-flight without touching the store.
+    """
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("BEGIN EXCLUSIVE")
+        try:
+            yield conn
+        finally:
+            conn.execute("ROLLBACK")

@@ -50,6 +50,7 @@ log = logging.getLogger("txnstream.coordinator")
 
 _MAX_LABEL = 200
 _ID_BLOCK = 1000
+_OUTCOME = {TxnState.COMMITTING: TxnState.COMMITTED, TxnState.ABORTING: TxnState.ABORTED}
 _UPSERT_TXN = (
     "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
     " fenced, topics, acks, created_ms, ended_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -333,13 +334,17 @@ class Coordinator:
         return record
 
     def write_row(self, batch: WriteBatch, record: TxnRecord) -> None:
-        """Upsert ``record``'s whole row into ``batch``."""
+        """Upsert ``record``'s whole row into ``batch``.
+
+        A row says open or a decision, never a state in between: a decision in flight
+        is written as its outcome (its own batch, queued earlier, says the same).
+        """
         record.persisted = True
         batch.add(
             _UPSERT_TXN,
             (
                 record.txn_id.seq,
-                str(record.state),
+                str(_OUTCOME.get(record.state, record.state)),
                 record.timeout_ms,
                 record.deadline_ms,
                 record.transactional_id,
@@ -515,9 +520,8 @@ class Coordinator:
         if not record.state.can_become(target):
             raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
         ended = now_ms()
-        record.state, record.ended_ms = final, ended  # the row says final; memory catches up
+        record.state, record.ended_ms = target, ended  # the row says final; memory catches up
         self.write_row(batch, record)
-        record.state, record.ended_ms = target, None
         kind = EntryKind.COMMIT if commit else EntryKind.ABORT
         for name in record.topics:
             topic = self._resolve_topic(name)
