@@ -6,14 +6,22 @@ import logging
 from typing import Any
 
 from dispatcher import SubscriptionRegistry
-from ledger import Catalog, InvalidArgumentError, ManagedLedger, WriteBatch, now_ms, validate_name
+from ledger import (
+    Catalog,
+    InvalidArgumentError,
+    ManagedLedger,
+    NotFoundError,
+    WriteBatch,
+    now_ms,
+    validate_name,
+)
 from snapshots import SnapshotState, prepare_delete_topic, prepare_snapshot
 from txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
 from ._core import EngineCore
 from ._maintenance import retention_cut
-from ._stats import TopicStats, topic_stats
+from ._stats import BlockingTxn, TopicStats, topic_stats
 
 log = logging.getLogger("txnstream.engine")
 
@@ -73,12 +81,21 @@ class TopicAdmin(EngineCore):
         """``name``'s statistics as a typed value."""
         topic = self._topic(name)
         started = [r.created_ms for r in self.coordinator.open_records() if name in r.topics]
+        blocking = None
+        oldest = topic.buffer.oldest_open()
+        if oldest is not None:
+            try:
+                record = self.coordinator.get(oldest)
+                blocking = BlockingTxn(str(oldest), record.created_ms, record.deadline_ms)
+            except NotFoundError:  # recovered from the log alone: its end is on the way
+                blocking = BlockingTxn(str(oldest), None, None)
         return await topic_stats(
             topic,
             self.subscriptions.of_topic(name),
             self._snapshots.get(topic.topic_id),
             self._retention.get(name),
             min(started) if started else None,
+            blocking,
         )
 
     async def stats(self, name: str) -> dict[str, Any]:

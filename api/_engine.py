@@ -457,11 +457,15 @@ class Engine(TopicAdmin, Consuming):
         return self.coordinator.get(txn).info()
 
     async def transactions(
-        self, state: str | None = None, label_prefix: str | None = None
+        self,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
     ) -> list[TxnInfo]:
-        """Known transactions, filtered by state and label prefix."""
+        """Known transactions, filtered by state, label prefix and age (begun more than
+        ``older_than_ms`` ago)."""
         self._check_open()
-        return self.coordinator.list_txns(state, label_prefix)
+        return self.coordinator.list_txns(state, label_prefix, older_than_ms)
 
     async def finish(
         self,

@@ -84,6 +84,20 @@ class RecoveryStats:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockingTxn:
+    """The open transaction whose first entry holds the stable position: consumers of
+    read_committed subscriptions wait behind it until it ends."""
+
+    txn: str
+    since_ms: int | None
+    deadline_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape: ``{"txn", "since", "deadline"}`` (ISO 8601)."""
+        return {"txn": self.txn, "since": _iso(self.since_ms), "deadline": _iso(self.deadline_ms)}
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStats:
     """A topic's positions, transaction-buffer counts, storage and subscriptions."""
 
@@ -97,6 +111,7 @@ class TopicStats:
     ledgers: int
     entries: int
     oldest_open_txn_started_ms: int | None
+    blocking_txn: BlockingTxn | None
     snapshot: SnapshotStats | None
     recovery: RecoveryStats | None
     retention: RetentionPolicy | None
@@ -114,6 +129,7 @@ class TopicStats:
             "ledgers": self.ledgers,
             "entries": self.entries,
             "oldest_open_txn_started_at": _iso(self.oldest_open_txn_started_ms),
+            "blocking_txn": None if self.blocking_txn is None else self.blocking_txn.as_dict(),
             "snapshot": None if self.snapshot is None else self.snapshot.as_dict(),
             "recovery": None if self.recovery is None else self.recovery.as_dict(),
             "retention": None
@@ -133,6 +149,7 @@ async def topic_stats(
     snapshot: SnapshotState | None,
     retention: RetentionPolicy | None,
     oldest_open_txn_started_ms: int | None,
+    blocking_txn: BlockingTxn | None = None,
 ) -> TopicStats:
     """Read ``topic``'s statistics (one backlog query per subscription)."""
     buffer = topic.buffer
@@ -162,6 +179,7 @@ async def topic_stats(
         ledgers=len(topic.ledger.ledgers),
         entries=topic.ledger.count_between(None, lac),
         oldest_open_txn_started_ms=oldest_open_txn_started_ms,
+        blocking_txn=blocking_txn,
         snapshot=taken,
         recovery=None
         if info is None

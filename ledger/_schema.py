@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -121,6 +121,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
 """
 
 
+# Each step brings the schema from version N-1 to N; a database only ever moves forward.
+_STEPS: dict[int, str] = {
+    1: _DDL_V1,
+    # why a transaction ended (client, timeout, fenced, low_watermark), for operators
+    2: "ALTER TABLE txns ADD COLUMN reason TEXT;",
+}
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring a database to :data:`SCHEMA_VERSION` (runs in the writer thread)."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
@@ -128,6 +136,6 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise RuntimeError(
             f"data directory was written by a newer txnstream (schema {version} > {SCHEMA_VERSION})"
         )
-    if version < 1:
-        conn.executescript(_DDL_V1)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        # one transaction per step (user_version included): a crash redoes a whole step
+        conn.executescript(f"BEGIN; {_STEPS[step]}\nPRAGMA user_version = {step}; COMMIT;")

@@ -116,6 +116,10 @@ class TxnBuffer:
         """Retained aborted transactions (do not mutate)."""
         return self._aborted
 
+    def oldest_open(self) -> TxnId | None:
+        """The open transaction whose first entry holds ``max_read_position``, if any."""
+        return self._ongoing_order[0][1] if self._ongoing_order else None
+
     def open_below(self, low_watermark: int) -> list[TxnId]:
         """Open transactions whose id is below the coordinator's low watermark."""
         return [txn_id for txn_id in self._ongoing if txn_id.seq < low_watermark]

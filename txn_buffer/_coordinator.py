@@ -27,6 +27,7 @@ import heapq
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from ledger import (
@@ -38,6 +39,7 @@ from ledger import (
     TxnNotFoundError,
     TxnNotOpenError,
     WriteBatch,
+    ms_to_datetime,
     now_ms,
     pack,
     unpack,
@@ -53,13 +55,18 @@ _ID_BLOCK = 1000
 _OUTCOME = {TxnState.COMMITTING: TxnState.COMMITTED, TxnState.ABORTING: TxnState.ABORTED}
 _UPSERT_TXN = (
     "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
-    " fenced, topics, acks, created_ms, ended_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " fenced, topics, acks, created_ms, ended_ms, reason)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+REASONS = ("client", "timeout", "fenced", "low_watermark")
+"""Why a transaction ended: its client ended it, it timed out, a newer holder of its
+``transactional_id`` fenced it, or the low watermark passed it."""
 
 
 @dataclass(frozen=True, slots=True)
 class TxnInfo:
-    """A transaction as clients see it."""
+    """A transaction as clients see it (``reason`` once it ended: see :data:`REASONS`)."""
 
     txn: str
     state: str
@@ -67,6 +74,9 @@ class TxnInfo:
     topics: list[str]
     fenced: bool
     timeout_ms: int
+    created_at: datetime
+    deadline: datetime
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +104,13 @@ class TxnRecord:
     topics: dict[str, None] = field(default_factory=dict)
     acks: list[PendingAck] = field(default_factory=list)
     ended_ms: int | None = None
-    timed_out: bool = False
+    reason: str | None = None
     persisted: bool = False
+
+    @property
+    def timed_out(self) -> bool:
+        """True if the transaction was aborted by its timeout."""
+        return self.reason == "timeout"
 
     def info(self) -> TxnInfo:
         """The public view of this record."""
@@ -106,6 +121,9 @@ class TxnRecord:
             list(self.topics),
             self.fenced,
             self.timeout_ms,
+            ms_to_datetime(self.created_ms),
+            ms_to_datetime(self.deadline_ms),
+            self.reason if self.state.is_ended else None,
         )
 
 
@@ -163,7 +181,7 @@ class Coordinator:
         horizon = now_ms() - self.ended_retention_ms
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
-            " topics, acks, created_ms, ended_ms FROM txns"
+            " topics, acks, created_ms, ended_ms, reason FROM txns"
             " WHERE state = 'open' OR ended_ms >= ? ORDER BY seq",
             (horizon,),
         )
@@ -179,6 +197,7 @@ class Coordinator:
             acks,
             created,
             ended,
+            reason,
         ) in rows:
             record = TxnRecord(
                 TxnId(seq),
@@ -192,6 +211,7 @@ class Coordinator:
                 dict.fromkeys(unpack(topics)),
                 [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)],
                 ended,
+                reason,
                 persisted=True,
             )
             self._txns[seq] = record
@@ -220,8 +240,21 @@ class Coordinator:
         """Every known record (open and recently ended)."""
         return self._txns.values()
 
-    def list_txns(self, state: str | None = None, label_prefix: str | None = None) -> list[TxnInfo]:
-        """Transactions filtered by state and label prefix, oldest first."""
+    def list_txns(
+        self,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
+    ) -> list[TxnInfo]:
+        """Transactions filtered by state, label prefix and age (begun more than
+        ``older_than_ms`` ago), oldest first."""
+        if older_than_ms is not None and (
+            isinstance(older_than_ms, bool)
+            or not isinstance(older_than_ms, int)
+            or older_than_ms < 0
+        ):
+            raise InvalidArgumentError("older_than_ms must be a non-negative integer")
+        born_before = None if older_than_ms is None else now_ms() - older_than_ms
         if state is not None:
             try:
                 wanted: TxnState | None = TxnState(state)
@@ -237,6 +270,7 @@ class Coordinator:
                 label_prefix is None
                 or (record.label is not None and record.label.startswith(label_prefix))
             )
+            and (born_before is None or record.created_ms < born_before)
         ]
 
     def open_records(self) -> list[TxnRecord]:
@@ -282,7 +316,7 @@ class Coordinator:
             if previous is not None:
                 previous.fenced = True
                 if previous.state is TxnState.OPEN:
-                    self._prepare_end(batch, previous, commit=False)
+                    self._prepare_end(batch, previous, commit=False, reason="fenced")
                 else:
                     self.write_row(batch, previous)
         if self._next_seq >= self._reserved_upto - _ID_BLOCK // 2:
@@ -327,7 +361,7 @@ class Coordinator:
         if record.fenced:
             raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
         if record.state is not TxnState.OPEN:
-            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+            raise TxnNotOpenError(_not_open(record))
         if now_ms() >= record.deadline_ms:
             self._deadline_changed.set()  # let the timeout task abort it now
             raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
@@ -359,6 +393,7 @@ class Coordinator:
                 ),
                 record.created_ms,
                 record.ended_ms,
+                record.reason,
             ),
         )
 
@@ -413,10 +448,13 @@ class Coordinator:
             await self._store.flush()
             return record
         if record.state is not TxnState.OPEN:
-            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+            raise TxnNotOpenError(_not_open(record))
         if now_ms() >= record.deadline_ms:
-            await self._end([], [record], timed_out=True)
-            raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
+            await self._end([], [record], reason="timeout")
+            raise TxnNotOpenError(
+                f"transaction {record.txn_id} timed out (its {record.timeout_ms} ms timeout"
+                " passed) and was aborted"
+            )
         await self._end([record], [])
         return record
 
@@ -429,7 +467,7 @@ class Coordinator:
             await self._store.flush()
             return record
         if record.state is not TxnState.OPEN:
-            raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+            raise TxnNotOpenError(_not_open(record))
         await self._end([], [record])
         return record
 
@@ -498,20 +536,21 @@ class Coordinator:
         commits: list[TxnRecord],
         aborts: list[TxnRecord],
         *,
-        timed_out: bool = False,
+        reason: str = "client",
         extra: Callable[[WriteBatch], None] | None = None,
     ) -> None:
         batch = WriteBatch()
         for record in commits:
-            self._prepare_end(batch, record, commit=True)
+            self._prepare_end(batch, record, commit=True, reason=reason)
         for record in aborts:
-            record.timed_out = timed_out
-            self._prepare_end(batch, record, commit=False)
+            self._prepare_end(batch, record, commit=False, reason=reason)
         if extra is not None:
             extra(batch)
         await self._store.write(batch)
 
-    def _prepare_end(self, batch: WriteBatch, record: TxnRecord, *, commit: bool) -> None:
+    def _prepare_end(
+        self, batch: WriteBatch, record: TxnRecord, *, commit: bool, reason: str
+    ) -> None:
         target, final = (
             (TxnState.COMMITTING, TxnState.COMMITTED)
             if commit
@@ -521,6 +560,7 @@ class Coordinator:
             raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
         ended = now_ms()
         record.state, record.ended_ms = target, ended  # the row says final; memory catches up
+        record.reason = reason
         self.write_row(batch, record)
         kind = EntryKind.COMMIT if commit else EntryKind.ABORT
         for name in record.topics:
@@ -558,7 +598,7 @@ class Coordinator:
                     expired.append(record)
             if expired:
                 log.info("aborting %d timed-out transaction(s)", len(expired))
-                await self._end([], expired, timed_out=True)
+                await self._end([], expired, reason="timeout")
             if now >= next_prune:
                 await self._prune(now)
                 next_prune = now + 60_000
@@ -585,3 +625,13 @@ class Coordinator:
         batch = WriteBatch()
         batch.add("DELETE FROM txns WHERE state != 'open' AND ended_ms < ?", (horizon,))
         await self._store.write(batch)
+
+
+def _not_open(record: TxnRecord) -> str:
+    """Why ``record`` takes no more work, in words (a timeout says so)."""
+    if record.reason == "timeout":
+        return (
+            f"transaction {record.txn_id} timed out (its {record.timeout_ms} ms timeout passed)"
+            " and was aborted"
+        )
+    return f"transaction {record.txn_id} is {record.state}"

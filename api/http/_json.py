@@ -128,6 +128,9 @@ def txn_json(info: Any) -> dict[str, Any]:
         "topics": list(info.topics),
         "fenced": bool(info.fenced),
         "timeout_ms": info.timeout_ms,
+        "created_at": iso(info.created_at),
+        "deadline": iso(info.deadline),
+        "reason": info.reason,
     }
 
 

@@ -217,6 +217,14 @@ class SubscriptionStats(BaseModel):
     consumers: list[str]
 
 
+class BlockingTxnInfo(BaseModel):
+    """The open transaction whose first entry holds a topic's stable position."""
+
+    txn: str
+    since: str | None = Field(description="When it began (ISO 8601, UTC).")
+    deadline: str | None = Field(description="When it times out (ISO 8601, UTC).")
+
+
 class StatsResponse(BaseModel):
     """``GET /v1/topics/{topic}/stats``."""
 
@@ -228,6 +236,9 @@ class StatsResponse(BaseModel):
     ledgers: int
     entries: int
     snapshot: SnapshotInfo | None
+    blocking_txn: BlockingTxnInfo | None = Field(
+        None, description="The open transaction holding the stable position, if any."
+    )
     subscriptions: dict[str, SubscriptionStats]
 
 
@@ -247,6 +258,11 @@ class TxnResponse(BaseModel):
     topics: list[str] = Field(default_factory=list)
     fenced: bool = False
     timeout_ms: int | None = None
+    created_at: str | None = Field(None, description="When it began (ISO 8601, UTC).")
+    deadline: str | None = Field(None, description="When it times out (ISO 8601, UTC).")
+    reason: Literal["client", "timeout", "fenced", "low_watermark"] | None = Field(
+        None, description="Once ended: why (its client, its timeout, fencing, low watermark)."
+    )
 
 
 class TxnListResponse(BaseModel):

@@ -52,10 +52,14 @@ async def list_transactions(
     request: Request,
     state: Annotated[TxnState | None, Query()] = None,
     label_prefix: Annotated[str | None, Query(max_length=200)] = None,
+    older_than_ms: Annotated[int | None, Query(ge=0, le=10**12)] = None,
 ) -> Response:
-    """Transactions, optionally filtered by state and label prefix."""
+    """Transactions, optionally filtered by state, label prefix and age (begun more than
+    ``older_than_ms`` ago: hanging transactions)."""
     engine = engine_of(request)
-    infos = await engine.transactions(state=state, label_prefix=label_prefix)
+    infos = await engine.transactions(
+        state=state, label_prefix=label_prefix, older_than_ms=older_than_ms
+    )
     return ok({"transactions": [txn_json(info) for info in infos]})
 
 

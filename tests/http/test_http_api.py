@@ -565,3 +565,38 @@ async def test_long_poll_times_out_empty(client: httpx.AsyncClient, name: str) -
     started = time.monotonic()
     assert await receive(client, name, "s", wait_ms=300) == []
     assert time.monotonic() - started >= 0.25
+
+
+# ----------------------------------------------------------- hanging transactions
+
+
+async def test_transaction_bodies_show_age_deadline_and_reason(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    await make_topic(client, name)
+    txn = await begin(client, timeout_ms=60000, label=f"{name}:a")
+    body = (await client.get(f"/v1/transactions/{txn}")).json()
+    created = datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))
+    deadline = datetime.fromisoformat(body["deadline"].replace("Z", "+00:00"))
+    assert (deadline - created).total_seconds() == pytest.approx(60, abs=0.01)
+    assert body["timeout_ms"] == 60000
+    assert body["reason"] is None
+    await produce(client, name, "held", txn=txn)
+    blocking = (await stats(client, name))["blocking_txn"]
+    assert blocking["txn"] == txn
+    assert blocking["deadline"] is not None
+    listed = await client.get(
+        "/v1/transactions",
+        params={"state": "open", "label_prefix": f"{name}:", "older_than_ms": 0},
+    )
+    assert [t["txn"] for t in listed.json()["transactions"]] == [txn]
+    recent = await client.get(
+        "/v1/transactions", params={"label_prefix": f"{name}:", "older_than_ms": 3600000}
+    )
+    assert recent.json()["transactions"] == []
+    bad = await client.get("/v1/transactions", params={"older_than_ms": -1})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["code"] == "invalid_request"
+    ended = await client.post(f"/v1/transactions/{txn}/abort")
+    assert ended.json()["reason"] == "client"
+    assert (await stats(client, name))["blocking_txn"] is None
