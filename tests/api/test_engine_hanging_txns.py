@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from support import wait_until
 
 from api import Engine, TxnNotOpenError
-from support import wait_until
 
 
 async def test_info_carries_creation_deadline_timeout_and_reason(data_dir: Path) -> None:
