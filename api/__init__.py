@@ -6,11 +6,13 @@ FastAPI: the HTTP app lives in ``api._http`` and the CLI in ``api._cli``.
 
 from dispatcher import Isolation, Message, SubscriptionType
 from ledger import (
+    DB_FILE,
     AckConflictError,
     ClosedError,
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -28,6 +30,8 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamHttpError,
+    TxnStreamTransportError,
 )
 from txn_buffer import FinishResult, TxnInfo, TxnState
 
@@ -43,6 +47,7 @@ from ._engine import (
     Transaction,
     validate_name,
 )
+from ._replay_check import TopicReplay, replay_check
 
 Subscription = SubscriptionHandle
 
@@ -53,6 +58,8 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
+    "DrillError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -79,11 +86,15 @@ __all__ = [
     "SubscriptionType",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicReplay",
     "Transaction",
     "TxnId",
     "TxnInfo",
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamHttpError",
+    "TxnStreamTransportError",
+    "replay_check",
     "validate_name",
 ]

@@ -11,6 +11,7 @@ from ._errors import (
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -25,6 +26,8 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamHttpError,
+    TxnStreamTransportError,
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, decode_row, ms_to_datetime, now_ms
 from ._position import Position
@@ -38,6 +41,7 @@ __all__ = [
     "ConsumerBusyError",
     "CorruptEntryError",
     "DB_FILE",
+    "DrillError",
     "EngineError",
     "EngineFailedError",
     "Entry",
@@ -62,6 +66,8 @@ __all__ = [
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
+    "TxnStreamHttpError",
+    "TxnStreamTransportError",
     "WriteBatch",
     "decode_payload",
     "decode_row",
