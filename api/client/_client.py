@@ -26,17 +26,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 """60 s per request (a long poll waits at most 30 s), 5 s to connect."""
 
 
-def _options(url: str, timeout: float | httpx.Timeout, token: str | None, trust_env: bool) -> Any:
-    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    return {"base_url": url, "timeout": timeout, "headers": headers, "trust_env": trust_env}
-
-
-class Client:
-    """Blocking client of one txnstream server at ``url``; use it as a context manager.
-
-    ``token`` is sent as ``Authorization: Bearer``; ``trust_env=False`` ignores proxy
-    settings of the environment (as httpx's own option does).
-    """
+class _Settings:
+    """The constructor both clients share; each opens its own kind of httpx client."""
 
     def __init__(
         self,
@@ -47,7 +38,22 @@ class Client:
         trust_env: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(**_options(self.url, timeout, token, trust_env))
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        self._open(base_url=self.url, timeout=timeout, headers=headers, trust_env=trust_env)
+
+    def _open(self, **options: Any) -> None:
+        raise NotImplementedError
+
+
+class Client(_Settings):
+    """Blocking client of one txnstream server at ``url``; use it as a context manager.
+
+    ``token`` is sent as ``Authorization: Bearer``; ``trust_env=False`` ignores proxy
+    settings of the environment (as httpx's own option does).
+    """
+
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.Client(**options)
 
     def __enter__(self) -> Self:
         return self
@@ -206,19 +212,11 @@ class Client:
         return self._send(calls.fetch(topic, start, max, isolation))
 
 
-class AsyncClient:
+class AsyncClient(_Settings):
     """The asyncio twin of :class:`Client`: the same methods, awaited."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        token: str | None = None,
-        trust_env: bool = True,
-    ) -> None:
-        self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(**_options(self.url, timeout, token, trust_env))
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.AsyncClient(**options)
 
     async def __aenter__(self) -> Self:
         return self
