@@ -8,12 +8,14 @@ module exports.
 
 from dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
 from ledger import (
+    DB_FILE,
     AckConflictError,
     ClosedError,
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
     DataDirLockedError,
+    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -32,7 +34,9 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamHttpError,
     TxnStreamSourceError,
+    TxnStreamTransportError,
     validate_name,
 )
 from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
@@ -41,6 +45,7 @@ from ._config import EngineConfig
 from ._core import EngineState, Health, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
+from ._replay_check import TopicReplay, replay_check
 from ._stats import TopicStats
 
 __all__ = [
@@ -52,7 +57,9 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
     "DataDirLockedError",
+    "DrillError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -78,6 +85,7 @@ __all__ = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -85,6 +93,9 @@ __all__ = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamHttpError",
     "TxnStreamSourceError",
+    "TxnStreamTransportError",
+    "replay_check",
     "validate_name",
 ]

@@ -40,7 +40,9 @@ DOCUMENTED_API = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
     "DataDirLockedError",
+    "DrillError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -66,6 +68,7 @@ DOCUMENTED_API = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -73,7 +76,10 @@ DOCUMENTED_API = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamHttpError",
     "TxnStreamSourceError",
+    "TxnStreamTransportError",
+    "replay_check",
     "validate_name",
 ]
 
