@@ -65,7 +65,9 @@ class WriteBatch:
     """Statements that become durable together, plus what to do once they are.
 
     Build it and submit it without awaiting in between: positions assigned while
-    building must reach the writer in the order they were assigned.
+    building must reach the writer in the order they were assigned. Hot paths skip the
+    separate batch: they add straight to :attr:`Store.batch` (the one the next flush
+    takes) and then call :meth:`Store.submit` on it.
     """
 
     __slots__ = ("_callbacks", "_statements", "bytes", "entries")
@@ -80,24 +82,44 @@ class WriteBatch:
 
     def add(self, sql: str, params: Params = ()) -> None:
         """Queue one statement."""
-        if self._statements and self._statements[-1][0] == sql:
-            self._statements[-1][1].append(params)
+        statements = self._statements
+        if statements and statements[-1][0] == sql:
+            statements[-1][1].append(params)
         else:
-            self._statements.append((sql, [params]))
+            statements.append((sql, [params]))
 
     def add_many(self, sql: str, rows: Iterable[Params]) -> None:
         """Queue one statement for each row."""
         rows = list(rows)
         if not rows:
             return
-        if self._statements and self._statements[-1][0] == sql:
-            self._statements[-1][1].extend(rows)
+        statements = self._statements
+        if statements and statements[-1][0] == sql:
+            statements[-1][1].extend(rows)
         else:
-            self._statements.append((sql, rows))
+            statements.append((sql, rows))
 
     def on_durable(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the event loop once the batch is durable (in order)."""
         self._callbacks.append(callback)
+
+    @property
+    def callback_count(self) -> int:
+        """How many callbacks are registered so far (lets a caller tell whether its
+        callback is still the last one, and so may take more work in order)."""
+        return len(self._callbacks)
+
+    def extend(self, other: WriteBatch) -> None:
+        """Append ``other``'s statements and callbacks after this batch's own."""
+        statements = self._statements
+        for sql, rows in other._statements:
+            if statements and statements[-1][0] == sql:
+                statements[-1][1].extend(rows)
+            else:
+                statements.append((sql, list(rows)))
+        self._callbacks.extend(other._callbacks)
+        self.entries += other.entries
+        self.bytes += other.bytes
 
     def __bool__(self) -> bool:
         return bool(self._statements or self._callbacks)
@@ -117,17 +139,6 @@ def _apply(conn: sqlite3.Connection, statements: list[tuple[str, list[Params]]])
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-
-
-def _merge(batches: list[WriteBatch]) -> list[tuple[str, list[Params]]]:
-    merged: list[tuple[str, list[Params]]] = []
-    for batch in batches:
-        for sql, rows in batch._statements:
-            if merged and merged[-1][0] == sql:
-                merged[-1][1].extend(rows)
-            else:
-                merged.append((sql, list(rows)))
-    return merged
 
 
 class Store:
@@ -155,12 +166,14 @@ class Store:
         self._writer = writer
         self._readers = readers
         self._reader_cycle = itertools.cycle(readers)
-        self._queue: list[tuple[WriteBatch, asyncio.Future[None] | None]] = []
-        self._queued_entries = 0
+        # Everything submitted and not yet taken by a flush, merged in submission order;
+        # its future (made when someone waits) completes when it is durable.
+        self._open = WriteBatch()
+        self._open_future: asyncio.Future[None] | None = None
+        self._inflight_entries = 0
         self._max_pending_entries = max_pending_entries
         self._wakeup = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._flushed = asyncio.Event()
         self._closing = False
         self._closed = False
         self.failure: BaseException | None = None
@@ -221,25 +234,38 @@ class Store:
 
     # -- writing -------------------------------------------------------------------
 
+    @property
+    def batch(self) -> WriteBatch:
+        """The batch the next flush takes: hot paths add to it directly, then
+        :meth:`submit` it. Add nothing that may still fail: it cannot be taken back."""
+        return self._open
+
     def submit(self, batch: WriteBatch, *, wait: bool = True) -> asyncio.Future[None] | None:
         """Queue ``batch``; return a future that completes once it is durable.
 
+        ``batch`` is merged into :attr:`batch` (unless it is that batch already), so
+        everything submitted between two flushes is applied by the next one, in order.
         With ``wait=False`` no future is made (pipelined writes whose durability a later
-        batch will establish). Raises :class:`EngineFailedError` / :class:`ClosedError`.
+        batch will establish). Every waiter of one flush shares one future. Raises
+        :class:`EngineFailedError` / :class:`ClosedError`.
         """
         self._check_writable()
-        future = asyncio.get_running_loop().create_future() if wait else None
-        self._queue.append((batch, future))
-        self._queued_entries += batch.entries
-        self._written_since_check += batch.bytes
-        self._drained.clear()
-        if wait or self._queued_entries >= self._flush_entries:
+        open_ = self._open
+        if batch is not open_:
+            open_.extend(batch)
+        if wait:
+            future = self._open_future
+            if future is None:
+                future = self._open_future = asyncio.get_running_loop().create_future()
+            self._wakeup.set()
+            return future
+        if open_.entries >= self._flush_entries:
             self._wakeup.set()
         elif self._linger_handle is None and not self._wakeup.is_set():
             self._linger_handle = asyncio.get_running_loop().call_later(
                 self._linger, self._wakeup.set
             )
-        return future
+        return None
 
     async def write(self, batch: WriteBatch) -> None:
         """Submit and wait until durable."""
@@ -248,15 +274,21 @@ class Store:
         await future
 
     @property
+    def _queued_entries(self) -> int:
+        """Entries submitted and not yet durable (the open batch and the flush in flight)."""
+        return self._open.entries + self._inflight_entries
+
+    @property
     def over_limit(self) -> bool:
         """True while appends should wait (see :meth:`wait_writable`)."""
-        return self._queued_entries > self._max_pending_entries
+        return self._open.entries + self._inflight_entries > self._max_pending_entries
 
     async def wait_writable(self) -> None:
         """Backpressure: wait while more than the allowed entries are queued."""
-        while self._queued_entries > self._max_pending_entries and self.failure is None:
+        while self.over_limit and self.failure is None:
             self._wakeup.set()
-            await self._drained.wait()
+            self._flushed.clear()
+            await self._flushed.wait()
         self._check_writable()
 
     @property
@@ -268,7 +300,7 @@ class Store:
         at once when that estimate comes near the reserve.
         """
         now = time.monotonic()
-        estimate = self._free_bytes - 2 * self._written_since_check
+        estimate = self._free_bytes - 2 * (self._written_since_check + self._open.bytes)
         if estimate < 2 * self.min_free_bytes or now - self._free_checked >= _SPACE_CHECK_INTERVAL:
             stat = os.statvfs(self.path.parent)
             self._free_bytes = estimate = stat.f_bavail * stat.f_frsize
@@ -297,42 +329,90 @@ class Store:
         if self._closing:
             raise ClosedError("the store is closed")
 
-    async def _run_writer(self) -> None:
-        while True:
-            if not self._queue and self._closing:
-                return
-            if not self._queue or not (self._wakeup.is_set() or self._closing):
-                await self._wakeup.wait()
-                continue
-            self._wakeup.clear()
-            if self._linger_handle is not None:
-                self._linger_handle.cancel()
-                self._linger_handle = None
-            taken, self._queue = self._queue, []
-            entries = sum(batch.entries for batch, _ in taken)
-            try:
-                await self._flush([batch for batch, _ in taken])
-            except Exception as exc:  # noqa: BLE001 - any failure fails the store
-                self._fail(exc, taken)
-                return
-            self._queued_entries -= entries
-            for batch, _ in taken:
-                for callback in batch._callbacks:
-                    try:
-                        callback()
-                    except Exception as exc:
-                        log.exception("on_durable callback failed")
-                        self._fail(exc, [])
-            for _, future in taken:
-                if future is not None and not future.done():
-                    future.set_result(None)
-            if self.on_flush is not None:
-                self.on_flush(entries)
-            if not self._queue:
-                self._drained.set()
+    def _take(self) -> tuple[WriteBatch, asyncio.Future[None] | None]:
+        """Take the open batch for a flush (on the loop, between two submissions)."""
+        self._wakeup.clear()
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        batch, future = self._open, self._open_future
+        self._open, self._open_future = WriteBatch(), None
+        self._inflight_entries = batch.entries
+        self._written_since_check += batch.bytes
+        return batch, future
 
-    async def _flush(self, batches: list[WriteBatch]) -> None:
-        statements = _merge(batches)
+    def _has_work(self) -> bool:
+        return bool(self._open) or self._open_future is not None
+
+    def _due(self) -> bool:
+        return self._has_work() and (self._wakeup.is_set() or self._closing)
+
+    async def _run_writer(self) -> None:
+        """Flush the open batch whenever it is due, one flush (one thread hop) at a time.
+
+        Flush k+1 is handed to the connection's thread as soon as flush k returns, and
+        flush k's callbacks and futures run on the loop while k+1 is on disk; the loop
+        keeps filling the open batch meanwhile, so preparing never waits for the disk.
+        """
+        flushing: asyncio.Task[None] | None = None
+        taken: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
+        while True:
+            if flushing is None:
+                if not self._has_work():
+                    if self._closing:
+                        return
+                    self._wakeup.clear()  # e.g. a linger that fired after its batch went
+                    await self._wakeup.wait()
+                    continue
+                if not self._due():
+                    await self._wakeup.wait()
+                    continue
+                taken = self._take()
+                flushing = self._start_flush(taken[0])
+            assert taken is not None
+            try:
+                await flushing
+            except Exception as exc:  # noqa: BLE001 - any failure fails the store
+                self._fail(exc, [taken[1]])
+                return
+            done, flushing, taken = taken, None, None
+            if self._due():  # the next flush goes to disk before this one's callbacks run
+                taken = self._take()
+                flushing = self._start_flush(taken[0])
+            else:
+                self._inflight_entries = 0
+            self._complete(*done)
+            if self.failure is not None:  # a callback failed: the store is failed
+                if flushing is not None and taken is not None:
+                    try:
+                        await flushing  # let the connection's thread finish it
+                    except Exception:  # noqa: BLE001 - the store has failed already
+                        pass
+                    self._fail(self.failure, [taken[1]])
+                return
+
+    def _start_flush(self, batch: WriteBatch) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(
+            self._flush(batch._statements), name="txnstream-flush"
+        )
+
+    def _complete(self, batch: WriteBatch, future: asyncio.Future[None] | None) -> None:
+        """A flush is durable: its callbacks in submission order, then its waiters."""
+        for callback in batch._callbacks:
+            try:
+                callback()
+            except Exception as exc:
+                log.exception("on_durable callback failed")
+                self._fail(exc, [])
+        if future is not None and not future.done():
+            future.set_result(None)
+        if self.on_flush is not None:
+            self.on_flush(batch.entries)
+        self._flushed.set()  # wakes wait_writable to look again
+
+    async def _flush(self, statements: list[tuple[str, list[Params]]]) -> None:
+        if not statements:
+            return  # only callbacks or waiters: nothing to write
         for attempt, delay in enumerate((*_RETRY_DELAYS, None)):
             try:
                 # aiosqlite offers no public "run this function on the connection's
@@ -346,22 +426,25 @@ class Store:
                 log.warning("flush failed (attempt %d), retrying: %s", attempt + 1, exc)
                 await asyncio.sleep(delay)
 
-    def _fail(
-        self, exc: BaseException, taken: list[tuple[WriteBatch, asyncio.Future[None] | None]]
-    ) -> None:
+    def _fail(self, exc: BaseException, futures: list[asyncio.Future[None] | None]) -> None:
         if self.failure is None:
             log.error("storage failed; the engine must be reopened", exc_info=exc)
             self.failure = exc
-        pending, self._queue = [*taken, *self._queue], []
+        pending = [*futures, self._open_future]
+        self._open, self._open_future = WriteBatch(), None
+        self._inflight_entries = 0
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
         error: Exception
         if is_no_space(exc):
             error = InsufficientStorageError(f"the disk is full: {exc}; nothing was written")
         else:
             error = EngineFailedError(f"storage failed: {exc}")
-        for _, future in pending:
+        for future in pending:
             if future is not None and not future.done():
                 future.set_exception(error)
-        self._drained.set()
+        self._flushed.set()
         if self.on_failure is not None:
             self.on_failure(exc)
 
