@@ -96,7 +96,6 @@ class EngineCore:
         self._tasks: set[asyncio.Task[None]] = set()
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
-        self._messages_in: dict[str, Any] = {}  # per-topic counter children, looked up once
 
     def _check_open(self) -> None:
         if self.state is EngineState.OPEN:

@@ -86,7 +86,7 @@ class Engine(Producing, TopicAdmin, Consuming):
         self._store = store
         try:
             store.on_failure = self._fail
-            store.on_flush = self.metrics.append_batch_size.observe
+            store.on_flush = self.metrics.on_flush
             loaded = await load_topics(store, self.config)
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
             self._retention = loaded.retention
@@ -305,25 +305,29 @@ class Engine(Producing, TopicAdmin, Consuming):
 
     async def commit(self, txn: TxnId | str) -> TxnInfo:
         """Commit; returns once the decision and every topic's marker are durable."""
-        self._check_open()
-        started = time.perf_counter()
-        try:
-            record = await self.coordinator.commit(txn)
-        except FencedError:
-            self.metrics.fenced_requests.inc()
-            raise
-        self.metrics.commit_latency.observe(time.perf_counter() - started)
-        return await self.coordinator.read_info(record)
+        return await self.coordinator.read_info(await self.decide(txn, commit=True))
 
     async def abort(self, txn: TxnId | str) -> TxnInfo:
         """Abort; returns once the decision and every topic's marker are durable."""
+        return await self.coordinator.read_info(await self.decide(txn, commit=False))
+
+    async def decide(self, txn: TxnId | str, *, commit: bool) -> TxnRecord:
+        """Commit or abort, durable on return, without building the :class:`TxnInfo`
+        (what ``Transaction.commit`` and ``abort`` need)."""
         self._check_open()
+        started = time.perf_counter()
+        coordinator = self.coordinator
         try:
-            record = await self.coordinator.abort(txn)
+            if commit:
+                record = await coordinator.commit(txn)
+            else:
+                record = await coordinator.abort(txn)
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
-        return await self.coordinator.read_info(record)
+        if commit:
+            self.metrics.commit_latency.observe(time.perf_counter() - started)
+        return record
 
     async def get_transaction(self, txn: TxnId | str) -> TxnInfo:
         """The transaction's current state, label and topics."""

@@ -39,10 +39,7 @@ class Transaction:
 
         Durable at the latest when :meth:`commit` returns.
         """
-        (position,) = await self.send_messages(
-            topic, [OutgoingMessage(value, key, properties or {})]
-        )
-        return position
+        return await self._engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
 
     async def send_many(
         self, topic: str, values: Sequence[Any], *, key: str | None = None
@@ -73,11 +70,11 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit: every send and ack of this transaction takes effect atomically."""
-        await self._engine.commit(self.txn_id)
+        await self._engine.decide(self.txn_id, commit=True)
 
     async def abort(self) -> None:
         """Abort: nothing of this transaction is ever delivered."""
-        await self._engine.abort(self.txn_id)
+        await self._engine.decide(self.txn_id, commit=False)
 
     async def info(self) -> TxnInfo:
         """The transaction's current state."""

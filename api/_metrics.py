@@ -68,12 +68,38 @@ class EngineMetrics:
             registry=self.registry,
         )
 
+        self._counted_in: dict[str, int] = {}
+        self._in_children: dict[str, Any] = {}
+
+    def count_in(self, topic: str, count: int) -> None:
+        """Count appended messages (a dict update; :meth:`apply_counts` moves them into
+        the counter once per flush, so a send pays no counter lock)."""
+        counted = self._counted_in
+        counted[topic] = counted.get(topic, 0) + count
+
+    def apply_counts(self) -> None:
+        """Move the counts of :meth:`count_in` into ``txnstream_messages_in``."""
+        if not self._counted_in:
+            return
+        counted, self._counted_in = self._counted_in, {}
+        for topic, count in counted.items():
+            child = self._in_children.get(topic)
+            if child is None:
+                child = self._in_children[topic] = self.messages_in.labels(topic)
+            child.inc(count)
+
+    def on_flush(self, entries: int) -> None:
+        """A group commit of ``entries`` entries is durable."""
+        self.append_batch_size.observe(entries)
+        self.apply_counts()
+
     def render(self, topic_stats: list[dict[str, Any]], now: float) -> tuple[bytes, str]:
         """Prometheus text and content type: these counters, then per-topic gauges.
 
         ``topic_stats`` are the ``engine.stats()`` bodies the caller awaited for this
         scrape (the HTTP ``/metrics`` route); ``now`` is the scrape's wall-clock time.
         """
+        self.apply_counts()
         topics = TopicStatsCollector()
         topics.update(topic_stats, now)
         extra = CollectorRegistry(auto_describe=False)

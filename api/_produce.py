@@ -29,27 +29,45 @@ def _check_message(
 ) -> tuple[str | None, bytes, dict[str, str]]:
     if not isinstance(message, OutgoingMessage):
         raise InvalidArgumentError("messages must be OutgoingMessage instances")
-    key, properties = message.key, message.properties
-    if key is not None and not isinstance(key, str):
-        raise InvalidArgumentError("a message key must be a string or None")
-    if properties is None:
-        properties = {}
-    if not isinstance(properties, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
-    ):
-        raise InvalidArgumentError("message properties must be a dict of str to str")
-    try:  # a lone surrogate cannot be stored: refuse it before anything is prepared
-        if key is not None:
-            key.encode()
+    return encode_message(message.value, message.key, message.properties, limit)
+
+
+def encode_message(
+    value: Any, key: str | None, properties: dict[str, str] | None, limit: int
+) -> tuple[str | None, bytes, dict[str, str]]:
+    """Validate one message and pack its value: ``(key, packed value, properties)``."""
+    if key is not None:
+        if not isinstance(key, str):
+            raise InvalidArgumentError("a message key must be a string or None")
+        _check_text(key)
+    if properties:
+        if not isinstance(properties, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+        ):
+            raise InvalidArgumentError("message properties must be a dict of str to str")
         for name, text in properties.items():
-            name.encode()
-            text.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"a message key or property is not valid text: {exc}") from None
-    packed = encode_value(message.value)
+            _check_text(name)
+            _check_text(text)
+        properties = dict(properties)
+    elif properties is None or isinstance(properties, dict):
+        properties = {}
+    else:
+        raise InvalidArgumentError("message properties must be a dict of str to str")
+    packed = encode_value(value)
     if len(packed) > limit:
         raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
-    return key, packed, dict(properties)
+    return key, packed, properties
+
+
+def _check_text(text: str) -> None:
+    """A lone surrogate cannot be stored: refuse it before anything is prepared."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"a message key or property is not valid text: {exc}"
+            ) from None
 
 
 class Producing(EngineCore):
@@ -97,6 +115,32 @@ class Producing(EngineCore):
         assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
         return result[0]
 
+    async def send_one_in_txn(
+        self,
+        topic: str,
+        value: Any,
+        key: str | None,
+        properties: dict[str, str] | None,
+        txn: TxnId,
+    ) -> Position:
+        """One message in open transaction ``txn`` (pipelined): ``Transaction.send``'s
+        path, with no per-send batch, future or callback of its own."""
+        encoded = encode_message(value, key, properties, self.config.max_message_bytes)
+        store = self.store
+        store.check_space()
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+        # Nothing below awaits: the position is assigned and queued in one step.
+        topic_ = self._topic(topic)
+        record = self._check_txn(txn)
+        store.check_writable()
+        batch = store.batch
+        self.coordinator.register_topic(batch, record, topic)
+        (position,) = topic_.prepare_data(batch, (encoded,), record.txn_id)
+        store.submit(batch, wait=False)
+        self.metrics.count_in(topic, 1)
+        return position
+
     async def _append(
         self,
         topic_name: str,
@@ -121,17 +165,18 @@ class Producing(EngineCore):
             duplicate = topic.duplicate_of(producer, sequence)
             if duplicate is not None:
                 return ProduceResult(duplicate, True)
-        batch = WriteBatch()
+        record = None if txn is None else self._check_txn(txn)
+        store.check_writable()
+        batch = store.batch  # validated above: everything below goes into the next flush
         txn_id = None
-        if txn is not None:
-            record = self._check_txn(txn)
+        if record is not None:
             self.coordinator.register_topic(batch, record, topic_name)
             txn_id = record.txn_id
         positions = topic.prepare_data(batch, encoded, txn_id)
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
-        done = self.store.submit(batch, wait=wait)
-        self._count_in(topic_name, len(positions))
+        done = store.submit(batch, wait=wait)
+        self.metrics.count_in(topic_name, len(positions))
         return positions, done
 
     async def send(
@@ -188,12 +233,6 @@ class Producing(EngineCore):
                 group, topic.prepare_data(batch, encoded[topic_name], None), strict=True
             ):
                 positions[index] = position
-            self._count_in(topic_name, len(group))
+            self.metrics.count_in(topic_name, len(group))
         await store.write(batch)
         return [p for p in positions if p is not None]
-
-    def _count_in(self, topic: str, count: int) -> None:
-        counter = self._messages_in.get(topic)
-        if counter is None:
-            counter = self._messages_in[topic] = self.metrics.messages_in.labels(topic)
-        counter.inc(count)

@@ -185,6 +185,40 @@ class ManagedLedger:
         batch.bytes += size
         return positions
 
+    def prepare_data(
+        self, batch: WriteBatch, payloads: Sequence[bytes], txn_seq: int | None
+    ) -> list[Position]:
+        """:meth:`prepare_append` for data entries of one transaction (or none): the
+        common case, with one rollover check for the whole list when it fits."""
+        current = self._ledgers[-1]
+        count = len(payloads)
+        size = sum(map(len, payloads)) if count > 1 else len(payloads[0])
+        base = current.entries
+        if (
+            base + count > self.max_entries
+            or current.bytes + size - len(payloads[-1]) >= self.max_bytes
+        ):
+            return self.prepare_append(
+                batch, [(EntryKind.DATA, _txn(txn_seq), p) for p in payloads]
+            )
+        ledger_id = current.ledger_id
+        current.entries = base + count
+        current.bytes += size
+        batch.entries += count
+        batch.bytes += size
+        topic_id = self.topic_id
+        if count == 1:
+            batch.add(_INSERT_ENTRY, (topic_id, ledger_id, base, 0, txn_seq, payloads[0]))
+            return [Position(ledger_id, base)]
+        batch.add_many(
+            _INSERT_ENTRY,
+            [
+                (topic_id, ledger_id, base + i, 0, txn_seq, payload)
+                for i, payload in enumerate(payloads)
+            ],
+        )
+        return [Position(ledger_id, entry_id) for entry_id in range(base, base + count)]
+
     def _roll_over(self, batch: WriteBatch, pending_rows: list[tuple[Any, ...]]) -> LedgerInfo:
         batch.add_many(_INSERT_ENTRY, pending_rows)
         current = self._ledgers[-1]
@@ -388,6 +422,10 @@ class ManagedLedger:
             )
             for ledger_id, entry_id, kind, txn in rows
         ]
+
+
+def _txn(seq: int | None) -> TxnId | None:
+    return None if seq is None else TxnId(seq)
 
 
 def _json_ints(values: Sequence[int]) -> str:

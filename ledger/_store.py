@@ -170,16 +170,22 @@ class Store:
         # its future (made when someone waits) completes when it is durable.
         self._open = WriteBatch()
         self._open_future: asyncio.Future[None] | None = None
+        self.generation = 0
+        """Counts flushes taken: :attr:`batch` is the same object while it stays equal."""
         self._inflight_entries = 0
         self._max_pending_entries = max_pending_entries
-        self._wakeup = asyncio.Event()
+        self._urgent = False  # someone waits for the open batch, or it is full
+        self._kick_soon = False  # a _kick is scheduled
         self._flushed = asyncio.Event()
         self._closing = False
         self._closed = False
         self.failure: BaseException | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
         self.on_flush: Callable[[int], None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._inflight: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
+        self._attempt = 0
+        self._idle = asyncio.Event()  # set while nothing is in flight
+        self._idle.set()
         self._lock: DirectoryLock | None = None
 
     @classmethod
@@ -229,7 +235,6 @@ class Store:
             min_free_bytes=min_free_bytes,
         )
         store._lock = lock
-        store._task = asyncio.create_task(store._run_writer(), name="txnstream-writer")
         return store
 
     # -- writing -------------------------------------------------------------------
@@ -257,13 +262,19 @@ class Store:
             future = self._open_future
             if future is None:
                 future = self._open_future = asyncio.get_running_loop().create_future()
-            self._wakeup.set()
+            self._urgent = True
+            if self._inflight is None and not self._kick_soon:
+                self._kick_soon = True  # at the end of this loop pass: what else is
+                asyncio.get_running_loop().call_soon(self._kick)  # submitted joins it
             return future
         if open_.entries >= self._flush_entries:
-            self._wakeup.set()
-        elif self._linger_handle is None and not self._wakeup.is_set():
+            self._urgent = True
+            if self._inflight is None and not self._kick_soon:
+                self._kick_soon = True
+                asyncio.get_running_loop().call_soon(self._kick)
+        elif self._linger_handle is None and not self._urgent:
             self._linger_handle = asyncio.get_running_loop().call_later(
-                self._linger, self._wakeup.set
+                self._linger, self._lingered
             )
         return None
 
@@ -286,7 +297,8 @@ class Store:
     async def wait_writable(self) -> None:
         """Backpressure: wait while more than the allowed entries are queued."""
         while self.over_limit and self.failure is None:
-            self._wakeup.set()
+            self._urgent = True
+            self._kick()
             self._flushed.clear()
             await self._flushed.wait()
         self._check_writable()
@@ -323,78 +335,97 @@ class Store:
                 " writes resume once space is freed"
             )
 
+    def check_writable(self) -> None:
+        """Raise what :meth:`submit` would raise now (failed or closing store); call it
+        before adding to :attr:`batch`."""
+        self._check_writable()
+
     def _check_writable(self) -> None:
         if self.failure is not None:
             raise EngineFailedError(f"storage failed: {self.failure}") from self.failure
         if self._closing:
             raise ClosedError("the store is closed")
 
-    def _take(self) -> tuple[WriteBatch, asyncio.Future[None] | None]:
-        """Take the open batch for a flush (on the loop, between two submissions)."""
-        self._wakeup.clear()
+    # The writer is a small state machine driven by callbacks on the loop, not a task:
+    # a submission that someone waits for hands the open batch to the connection's
+    # thread at once when nothing is in flight (no task wake-up in between), and the
+    # hop's completion starts the next due flush before it runs the finished flush's
+    # callbacks, so the next flush is on disk while the loop publishes the previous one.
+
+    def _lingered(self) -> None:
+        self._linger_handle = None
+        self._urgent = True
+        if self._inflight is None:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Start a flush of the open batch if one is due and none is in flight."""
+        self._kick_soon = False
+        if self._inflight is not None or self.failure is not None:
+            return
+        if not (self._open or self._open_future is not None):
+            self._urgent = False
+            if self._closing:
+                self._idle.set()
+            return
+        if not (self._urgent or self._closing):
+            return
+        self._urgent = False
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
         batch, future = self._open, self._open_future
         self._open, self._open_future = WriteBatch(), None
+        self.generation += 1
         self._inflight_entries = batch.entries
         self._written_since_check += batch.bytes
-        return batch, future
+        self._inflight = (batch, future)
+        self._idle.clear()
+        self._attempt = 0
+        self._hop(batch)
 
-    def _has_work(self) -> bool:
-        return bool(self._open) or self._open_future is not None
+    def _hop(self, batch: WriteBatch) -> None:
+        """Hand ``batch`` to the write connection's thread (one hop for the flush)."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        if batch._statements:
+            # aiosqlite runs (future, function) pairs from this queue on its thread and
+            # completes the future on the loop: _execute without a coroutine or task.
+            writer = self._writer
+            statements = batch._statements
+            writer._tx.put_nowait((done, lambda: _apply(writer._conn, statements)))
+        else:
+            done.set_result(None)  # only callbacks or waiters: nothing to write
+        done.add_done_callback(self._hopped)
 
-    def _due(self) -> bool:
-        return self._has_work() and (self._wakeup.is_set() or self._closing)
-
-    async def _run_writer(self) -> None:
-        """Flush the open batch whenever it is due, one flush (one thread hop) at a time.
-
-        Flush k+1 is handed to the connection's thread as soon as flush k returns, and
-        flush k's callbacks and futures run on the loop while k+1 is on disk; the loop
-        keeps filling the open batch meanwhile, so preparing never waits for the disk.
-        """
-        flushing: asyncio.Task[None] | None = None
-        taken: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
-        while True:
-            if flushing is None:
-                if not self._has_work():
-                    if self._closing:
-                        return
-                    self._wakeup.clear()  # e.g. a linger that fired after its batch went
-                    await self._wakeup.wait()
-                    continue
-                if not self._due():
-                    await self._wakeup.wait()
-                    continue
-                taken = self._take()
-                flushing = self._start_flush(taken[0])
-            assert taken is not None
-            try:
-                await flushing
-            except Exception as exc:  # noqa: BLE001 - any failure fails the store
-                self._fail(exc, [taken[1]])
+    def _hopped(self, done: asyncio.Future[None]) -> None:
+        assert self._inflight is not None
+        batch, future = self._inflight
+        exc = done.exception()
+        if exc is None and self.failure is not None:
+            exc = self.failure  # a callback failed meanwhile: this flush is not published
+        if exc is not None:
+            delay = _RETRY_DELAYS[self._attempt] if self._attempt < len(_RETRY_DELAYS) else None
+            transient = isinstance(exc, sqlite3.OperationalError) and any(
+                word in str(exc).lower() for word in _TRANSIENT
+            )
+            if transient and delay is not None and self.failure is None:
+                self._attempt += 1
+                log.warning("flush failed (attempt %d), retrying: %s", self._attempt, exc)
+                asyncio.get_running_loop().call_later(delay, self._hop, batch)
                 return
-            done, flushing, taken = taken, None, None
-            if self._due():  # the next flush goes to disk before this one's callbacks run
-                taken = self._take()
-                flushing = self._start_flush(taken[0])
-            else:
-                self._inflight_entries = 0
-            self._complete(*done)
-            if self.failure is not None:  # a callback failed: the store is failed
-                if flushing is not None and taken is not None:
-                    try:
-                        await flushing  # let the connection's thread finish it
-                    except Exception:  # noqa: BLE001 - the store has failed already
-                        pass
-                    self._fail(self.failure, [taken[1]])
-                return
-
-    def _start_flush(self, batch: WriteBatch) -> asyncio.Task[None]:
-        return asyncio.get_running_loop().create_task(
-            self._flush(batch._statements), name="txnstream-flush"
-        )
+            self._inflight = None
+            self._fail(exc, [future])
+            self._idle.set()
+            return
+        self._inflight = None
+        self._inflight_entries = 0
+        self._kick()  # the next due flush goes to disk before this one's callbacks run
+        self._complete(batch, future)
+        if self._inflight is None:
+            self._kick()  # a callback may have submitted more
+            if self._inflight is None:
+                self._idle.set()
 
     def _complete(self, batch: WriteBatch, future: asyncio.Future[None] | None) -> None:
         """A flush is durable: its callbacks in submission order, then its waiters."""
@@ -410,28 +441,13 @@ class Store:
             self.on_flush(batch.entries)
         self._flushed.set()  # wakes wait_writable to look again
 
-    async def _flush(self, statements: list[tuple[str, list[Params]]]) -> None:
-        if not statements:
-            return  # only callbacks or waiters: nothing to write
-        for attempt, delay in enumerate((*_RETRY_DELAYS, None)):
-            try:
-                # aiosqlite offers no public "run this function on the connection's
-                # thread"; _execute is that primitive and lets a whole flush cost one hop.
-                await self._writer._execute(_apply, self._writer._conn, statements)  # type: ignore[no-untyped-call]
-                return
-            except sqlite3.OperationalError as exc:
-                transient = any(word in str(exc).lower() for word in _TRANSIENT)
-                if not transient or delay is None:
-                    raise
-                log.warning("flush failed (attempt %d), retrying: %s", attempt + 1, exc)
-                await asyncio.sleep(delay)
-
     def _fail(self, exc: BaseException, futures: list[asyncio.Future[None] | None]) -> None:
         if self.failure is None:
             log.error("storage failed; the engine must be reopened", exc_info=exc)
             self.failure = exc
         pending = [*futures, self._open_future]
         self._open, self._open_future = WriteBatch(), None
+        self.generation += 1
         self._inflight_entries = 0
         if self._linger_handle is not None:
             self._linger_handle.cancel()
@@ -445,6 +461,8 @@ class Store:
             if future is not None and not future.done():
                 future.set_exception(error)
         self._flushed.set()
+        if self._inflight is None:
+            self._idle.set()
         if self.on_failure is not None:
             self.on_failure(exc)
 
@@ -469,9 +487,16 @@ class Store:
         if self._closed:
             return
         self._closing = True
-        self._wakeup.set()
-        if self._task is not None:
-            await self._task  # drains the queue, then returns
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        self._kick()
+        while self._inflight is not None or (
+            self.failure is None and (self._open or self._open_future is not None)
+        ):
+            self._idle.clear()
+            self._kick()
+            await self._idle.wait()
         self._closed = True
         try:
             for reader in self._readers:

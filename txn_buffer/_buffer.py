@@ -96,6 +96,35 @@ class TxnBuffer:
         else:
             self.max_read_position = position
 
+    def on_run(
+        self, first: Position, last: Position, kind: EntryKind, txn_id: TxnId | None
+    ) -> None:
+        """:meth:`on_entry` for every entry from ``first`` to ``last``: consecutive
+        entries of this topic, all of ``kind`` and ``txn_id`` (a marker is a run of one).
+        The same state as feeding them one by one, in one update."""
+        if kind is not EntryKind.DATA or first is last:
+            if first is not last:
+                raise ValueError("a marker run holds one entry")
+            self.on_entry(first, kind, txn_id)
+            return
+        if self.last_confirmed is not None and first <= self.last_confirmed:
+            raise ValueError(f"entry {first} arrived after {self.last_confirmed}")
+        if last < first:
+            raise ValueError(f"run {first}..{last} goes backwards")
+        if txn_id is not None:
+            open_txn = self._ongoing.get(txn_id)
+            if open_txn is not None:
+                open_txn.last = last
+            elif txn_id not in self._aborted:
+                self._ongoing[txn_id] = OpenTxn(first, self.last_confirmed, last)
+                self._ongoing_order.add((first, txn_id))
+        self.last_confirmed = last
+        if self._ongoing_order:
+            _, oldest = self._ongoing_order[0]
+            self.max_read_position = self._ongoing[oldest].before_first
+        else:
+            self.max_read_position = last
+
     # -- queries -------------------------------------------------------------------
 
     def is_aborted(self, txn_id: TxnId) -> bool:

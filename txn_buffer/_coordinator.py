@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from ledger import (
     EntryKind,
@@ -65,6 +65,8 @@ _UPSERT_TXN = (
     " fenced, topics, acks, created_ms, ended_ms, reason)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+_NO_ACKS = pack([])
 
 REASONS = ("client", "timeout", "fenced", "low_watermark")
 """Why a transaction ended: its client ended it, it timed out, a newer holder of its
@@ -115,6 +117,9 @@ class TxnRecord:
     persisted: bool = False
     compact: bool = False
     """Rebuilt from a kept outcome: state, fenced and reason are real, the rest is not."""
+    row: list[Any] | None = None
+    """The parameters of this record's upsert in the store's open batch, if it has one."""
+    row_generation: int = -1
 
     @property
     def timed_out(self) -> bool:
@@ -251,10 +256,13 @@ class Coordinator:
 
     def get(self, txn_id: TxnId | str) -> TxnRecord:
         """The record of ``txn_id``; raises :class:`TxnNotFoundError`."""
-        try:
-            seq = TxnId.coerce(txn_id).seq
-        except InvalidArgumentError:
-            raise TxnNotFoundError(f"transaction {txn_id!r} not found") from None
+        if type(txn_id) is TxnId:
+            seq = txn_id.seq
+        else:
+            try:
+                seq = TxnId.coerce(txn_id).seq
+            except InvalidArgumentError:
+                raise TxnNotFoundError(f"transaction {txn_id!r} not found") from None
         record = self._txns.get(seq)
         if record is None:
             code = self._outcomes.get(seq)
@@ -285,6 +293,7 @@ class Coordinator:
     def _retire(self, record: TxnRecord) -> None:
         """An ended record: drop what no end needs, and keep only the newest in full."""
         record.acks = []
+        record.row = None
         self._ended.append(record.txn_id.seq)
         while len(self._ended) > self._ended_in_memory:
             seq = self._ended.popleft()
@@ -435,28 +444,34 @@ class Coordinator:
         is written as its outcome (its own batch, queued earlier, says the same).
         """
         record.persisted = True
-        batch.add(
-            _UPSERT_TXN,
-            (
-                record.txn_id.seq,
-                str(_OUTCOME.get(record.state, record.state)),
-                record.timeout_ms,
-                record.deadline_ms,
-                record.transactional_id,
-                record.label,
-                int(record.fenced),
-                pack(list(record.topics)),
-                pack(
-                    [
-                        [a.topic, a.subscription, list(a.positions), a.cumulative]
-                        for a in record.acks
-                    ]
-                ),
-                record.created_ms,
-                record.ended_ms,
-                record.reason,
-            ),
-        )
+        row = [
+            record.txn_id.seq,
+            str(_OUTCOME.get(record.state, record.state)),
+            record.timeout_ms,
+            record.deadline_ms,
+            record.transactional_id,
+            record.label,
+            int(record.fenced),
+            pack(list(record.topics)),
+            pack([[a.topic, a.subscription, list(a.positions), a.cumulative] for a in record.acks])
+            if record.acks
+            else _NO_ACKS,
+            record.created_ms,
+            record.ended_ms,
+            record.reason,
+        ]
+        store = self._store
+        if (
+            record.row is not None
+            and record.row_generation == store.generation
+            and batch is store.batch
+        ):
+            # Its upsert is still in the open batch (one SQLite transaction with this
+            # one): update it in place rather than writing the row twice.
+            record.row[:] = row
+            return
+        record.row, record.row_generation = row, store.generation
+        batch.add(_UPSERT_TXN, row)
 
     def persist_open(self, batch: WriteBatch) -> None:
         """Write the rows of open transactions that have none yet (for a clean close)."""
@@ -600,14 +615,20 @@ class Coordinator:
         reason: str = "client",
         extra: Callable[[WriteBatch], None] | None = None,
     ) -> None:
-        batch = WriteBatch()
+        for records, target in ((commits, TxnState.COMMITTING), (aborts, TxnState.ABORTING)):
+            for record in records:  # check all first: nothing goes into the batch half-way
+                if not record.state.can_become(target):
+                    raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
+        store = self._store
+        store.check_writable()
+        batch = store.batch  # the decisions join the flush that carries their data
         for record in commits:
             self._prepare_end(batch, record, commit=True, reason=reason)
         for record in aborts:
             self._prepare_end(batch, record, commit=False, reason=reason)
         if extra is not None:
             extra(batch)
-        await self._store.write(batch)
+        await store.write(batch)
 
     def _prepare_end(
         self, batch: WriteBatch, record: TxnRecord, *, commit: bool, reason: str

@@ -28,6 +28,9 @@ from ._buffer import TxnBuffer
 
 _MARKER_VALUE = encode_value(None)
 
+_Run = tuple[Position, Position, EntryKind, TxnId | None]
+"""Consecutive entries of this topic, all of one kind and transaction: (first, last, ...)."""
+
 
 @dataclass(slots=True)
 class ProducerState:
@@ -65,6 +68,9 @@ class Topic:
             txn_id: [o.first, o.last] for txn_id, o in buffer.ongoing_txns.items()
         }
         self._changed = asyncio.Event()
+        self._durable_batch: WriteBatch | None = None
+        self._durable_mark = 0
+        self._durable_entries: list[_Run] = []
 
     # -- change notification -------------------------------------------------------
 
@@ -79,6 +85,36 @@ class Topic:
 
     # -- appends -------------------------------------------------------------------
 
+    def _durable_list(self, batch: WriteBatch) -> list[_Run]:
+        """The list of entries ``batch``'s callback applies to the buffer once durable.
+
+        Consecutive appends to this topic share one callback (one buffer update and one
+        wake-up per flush, not per send) as long as no other callback was registered in
+        between: callbacks run in registration order, so entries still reach the buffer
+        in position order.
+        """
+        if self._durable_batch is batch and self._durable_mark == batch.callback_count:
+            return self._durable_entries
+        entries: list[_Run] = []
+
+        def applied() -> None:
+            if self._durable_batch is batch:
+                self._durable_batch = None  # no more appends join a durable batch
+            if self.deleted:
+                return
+            buffer = self.buffer
+            for first, last, kind, txn_id in entries:
+                buffer.on_run(first, last, kind, txn_id)
+                if kind is not EntryKind.DATA:
+                    self.markers_applied += 1
+            self.notify()
+
+        batch.on_durable(applied)
+        self._durable_batch = batch
+        self._durable_mark = batch.callback_count
+        self._durable_entries = entries
+        return entries
+
     def prepare_data(
         self,
         batch: WriteBatch,
@@ -87,27 +123,30 @@ class Topic:
     ) -> list[Position]:
         """Add data entries ``(key, packed value, properties)`` to ``batch``."""
         publish = now_ms()
-        records = [
-            (EntryKind.DATA, txn_id, encode_payload(key, value, properties, publish))
-            for key, value, properties in messages
-        ]
-        positions = self.ledger.prepare_append(batch, records)
+        return self.prepare_payloads(
+            batch,
+            [encode_payload(key, value, props, publish) for key, value, props in messages],
+            txn_id,
+        )
+
+    def prepare_payloads(
+        self, batch: WriteBatch, payloads: Sequence[bytes], txn_id: TxnId | None
+    ) -> list[Position]:
+        """Add data entries with encoded payloads (see :func:`~ledger.encode_payload`)."""
+        positions = self.ledger.prepare_data(
+            batch, payloads, None if txn_id is None else txn_id.seq
+        )
         if txn_id is not None:
             span = self._txn_spans.get(txn_id)
             if span is None:
                 self._txn_spans[txn_id] = [positions[0], positions[-1]]
             else:
                 span[1] = positions[-1]
-        buffer = self.buffer
-
-        def applied() -> None:
-            if self.deleted:
-                return
-            for position in positions:
-                buffer.on_entry(position, EntryKind.DATA, txn_id)
-            self.notify()
-
-        batch.on_durable(applied)
+        runs = self._durable_list(batch)
+        if runs and (run := runs[-1])[3] == txn_id and run[2] is EntryKind.DATA:
+            runs[-1] = (run[0], positions[-1], EntryKind.DATA, txn_id)  # the same run goes on
+        else:
+            runs.append((positions[0], positions[-1], EntryKind.DATA, txn_id))
         return positions
 
     def prepare_marker(self, batch: WriteBatch, kind: EntryKind, txn_id: TxnId) -> Position:
@@ -127,15 +166,7 @@ class Topic:
                 self.buffer.max_read_position,
             )
             self.ledger.mark_has_aborts(batch, position.ledger_id)
-
-        def applied() -> None:
-            if self.deleted:
-                return
-            self.buffer.on_entry(position, kind, txn_id)
-            self.markers_applied += 1
-            self.notify()
-
-        batch.on_durable(applied)
+        self._durable_list(batch).append((position, position, kind, txn_id))
         return position
 
     def has_prepared_data(self, txn_id: TxnId) -> bool:
