@@ -21,7 +21,7 @@ from ledger import (
     encode_value,
 )
 
-from ._core import EngineCore, ProduceResult, check_values
+from ._core import EngineCore, EngineState, ProduceResult, check_values
 
 
 def _check_message(
@@ -125,18 +125,28 @@ class Producing(EngineCore):
     ) -> Position:
         """One message in open transaction ``txn`` (pipelined): ``Transaction.send``'s
         path, with no per-send batch, future or callback of its own."""
-        encoded = encode_message(value, key, properties, self.config.max_message_bytes)
+        limit = self.config.max_message_bytes
+        if key is None and not properties and (properties is None or type(properties) is dict):
+            encoded: tuple[str | None, bytes, dict[str, str]] = (None, encode_value(value), {})
+            if len(encoded[1]) > limit:
+                encoded = encode_message(value, key, properties, limit)  # raises TooLarge
+        else:
+            encoded = encode_message(value, key, properties, limit)
         store = self.store
-        store.check_space()
+        if store.min_free_bytes:
+            store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
         # Nothing below awaits: the position is assigned and queued in one step.
-        topic_ = self._topic(topic)
+        topic_ = self._topics.get(topic) if self.state is EngineState.OPEN else None
+        if topic_ is None:
+            topic_ = self._topic(topic)  # raises the right error
         record = self._check_txn(txn)
         store.check_writable()
         batch = store.batch
-        self.coordinator.register_topic(batch, record, topic)
-        (position,) = topic_.prepare_data(batch, (encoded,), record.txn_id)
+        if topic not in record.topics or not record.persisted:
+            self.coordinator.register_topic(batch, record, topic)
+        position = topic_.prepare_one(batch, encoded, record.txn_id)
         store.submit(batch, wait=False)
         self.metrics.count_in(topic, 1)
         return position

@@ -387,21 +387,29 @@ class Store:
     def _hop(self, batch: WriteBatch) -> None:
         """Hand ``batch`` to the write connection's thread (one hop for the flush)."""
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        if batch._statements:
-            # aiosqlite runs (future, function) pairs from this queue on its thread and
-            # completes the future on the loop: _execute without a coroutine or task.
-            writer = self._writer
-            statements = batch._statements
-            writer._tx.put_nowait((done, lambda: _apply(writer._conn, statements)))
-        else:
-            done.set_result(None)  # only callbacks or waiters: nothing to write
-        done.add_done_callback(self._hopped)
+        statements = batch._statements
+        if not statements:
+            loop.call_soon(self._hopped, None)  # only callbacks or waiters: nothing to write
+            return
+        writer = self._writer
+        done = self._hopped
 
-    def _hopped(self, done: asyncio.Future[None]) -> None:
+        def run() -> None:  # on the connection's thread
+            try:
+                _apply(writer._conn, statements)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop
+                loop.call_soon_threadsafe(done, exc)
+            else:
+                loop.call_soon_threadsafe(done, None)
+
+        # aiosqlite's thread runs (future, function) pairs from this queue in order;
+        # with no future it only runs the function, which reports back itself: one
+        # wake-up of the loop per flush, no future, coroutine or task in between.
+        writer._tx.put_nowait((None, run))
+
+    def _hopped(self, exc: BaseException | None) -> None:
         assert self._inflight is not None
         batch, future = self._inflight
-        exc = done.exception()
         if exc is None and self.failure is not None:
             exc = self.failure  # a callback failed meanwhile: this flush is not published
         if exc is not None:

@@ -143,11 +143,40 @@ class Topic:
             else:
                 span[1] = positions[-1]
         runs = self._durable_list(batch)
-        if runs and (run := runs[-1])[3] == txn_id and run[2] is EntryKind.DATA:
+        if runs and (run := runs[-1])[3] is txn_id and run[2] is EntryKind.DATA:
             runs[-1] = (run[0], positions[-1], EntryKind.DATA, txn_id)  # the same run goes on
         else:
             runs.append((positions[0], positions[-1], EntryKind.DATA, txn_id))
         return positions
+
+    def prepare_one(
+        self,
+        batch: WriteBatch,
+        message: tuple[str | None, bytes, dict[str, str]],
+        txn_id: TxnId | None,
+    ) -> Position:
+        """:meth:`prepare_data` for one message (a ``Transaction.send``)."""
+        key, value, properties = message
+        payload = encode_payload(key, value, properties, now_ms())
+        (position,) = self.ledger.prepare_data(
+            batch, (payload,), None if txn_id is None else txn_id.seq
+        )
+        if txn_id is not None:
+            span = self._txn_spans.get(txn_id)
+            if span is None:
+                self._txn_spans[txn_id] = [position, position]
+            else:
+                span[1] = position
+        if self._durable_batch is batch and self._durable_mark == batch.callback_count:
+            runs = self._durable_entries
+            run = runs[-1] if runs else None
+            if run is not None and run[3] is txn_id and run[2] is EntryKind.DATA:
+                runs[-1] = (run[0], position, EntryKind.DATA, txn_id)  # the run goes on
+                return position
+        else:
+            runs = self._durable_list(batch)
+        runs.append((position, position, EntryKind.DATA, txn_id))
+        return position
 
     def prepare_marker(self, batch: WriteBatch, kind: EntryKind, txn_id: TxnId) -> Position:
         """Add a COMMIT or ABORT marker (and the abort index row) to ``batch``."""
