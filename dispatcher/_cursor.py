@@ -32,12 +32,22 @@ class Cursor:
             self.acked.add(position)
             self._advance(ledger)
 
+    def ack_many(self, positions: list[Position], ledger: ManagedLedger) -> None:
+        """:meth:`ack` for many positions (ascending), advancing once."""
+        md = self.mark_delete
+        if md is not None:
+            positions = [p for p in positions if p > md]
+        if positions:
+            self.acked.update(positions)
+            self._advance(ledger)
+
     def ack_cumulative(self, position: Position, ledger: ManagedLedger) -> None:
         """Acknowledge everything at or below ``position``."""
         if self.mark_delete is None or position > self.mark_delete:
             self.mark_delete = position
-            while self.acked and self.acked[0] <= position:
-                self.acked.pop(0)
+            acked = self.acked
+            if acked and acked[0] <= position:
+                del acked[: acked.bisect_right(position)]
             self._advance(ledger)
 
     def reset(self, mark_delete: Position | None) -> None:

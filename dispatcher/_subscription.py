@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from sortedcontainers import SortedSet
@@ -34,10 +35,13 @@ from ledger import (
     EntryKind,
     InvalidArgumentError,
     Position,
+    Row,
     SubscriptionNotFoundError,
     TopicNotFoundError,
     TxnId,
     WriteBatch,
+    decode_payloads,
+    decode_row,
     ms_to_datetime,
 )
 from txn_buffer import Topic
@@ -45,6 +49,8 @@ from txn_buffer import Topic
 from ._cursor import Cursor
 
 _READ_CHUNK = 500
+_MAX_ROWS = 12_000  # rows read at once by an ordered delivery (receive takes up to 10,000)
+_NOTHING: frozenset[int] = frozenset()
 _KEY_SHARED_LOOKAHEAD = 2000
 
 
@@ -73,17 +79,81 @@ def parse_enum(kind: type[enum.StrEnum], value: Any, what: str) -> Any:
         raise InvalidArgumentError(f"invalid {what} {value!r}: one of {allowed}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A delivered message."""
+class Message(tuple):  # type: ignore[type-arg]
+    """A delivered message: ``position``, ``value``, ``key``, ``properties``, ``txn``,
+    ``publish_time`` and ``redelivery_count``, read-only.
 
-    position: Position
-    value: Any
-    key: str | None
-    properties: dict[str, str]
-    txn: str | None
-    publish_time: datetime
-    redelivery_count: int
+    Underneath it is the stored row, the decoded payload and the redelivery count in a
+    tuple, so a delivery batch makes its messages without a Python call per message;
+    the fields are computed when read.
+    """
+
+    __slots__ = ()
+
+    # (row, body, redelivery_count): row = (ledger_id, entry_id, kind, txn seq, payload),
+    # body = [key, properties, publish_time_ms, value] (see ledger.decode_payloads)
+
+    @property
+    def position(self) -> Position:
+        """Where the message lies in its topic."""
+        row = self[0]
+        return Position(row[0], row[1])
+
+    @property
+    def value(self) -> Any:
+        """The value as sent (``bytes`` stays ``bytes``, ``str`` stays ``str``)."""
+        return self[1][3]
+
+    @property
+    def key(self) -> str | None:
+        """The message key, if any."""
+        key: str | None = self[1][0]
+        return key
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The message properties."""
+        properties: dict[str, str] = self[1][1]
+        return properties
+
+    @property
+    def txn(self) -> str | None:
+        """The id of the transaction it was sent in (``"txn-<n>"``), or None."""
+        seq = self[0][3]
+        return None if seq is None else str(TxnId(seq))
+
+    @property
+    def publish_time(self) -> datetime:
+        """When it was appended (UTC)."""
+        return ms_to_datetime(self[1][2])
+
+    @property
+    def redelivery_count(self) -> int:
+        """How often it was delivered before (nack, detached consumer, aborted ack)."""
+        count: int = self[2]
+        return count
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(position={self.position!r}, value={self.value!r}, key={self.key!r},"
+            f" properties={self.properties!r}, txn={self.txn!r},"
+            f" publish_time={self.publish_time!r}, redelivery_count={self.redelivery_count})"
+        )
+
+
+_new_tuple = tuple.__new__
+
+
+def _key(position: Position) -> int:
+    """An int ordered as positions are: a cheap dict key for a delivered position."""
+    return (position.ledger_id << 64) | position.entry_id
+
+
+def _unkey(key: int) -> Position:
+    return Position(key >> 64, key & _ENTRY_MASK)
+
+
+_ENTRY_MASK = (1 << 64) - 1
 
 
 @dataclass(slots=True)
@@ -122,7 +192,10 @@ class Subscription:
         self.read_position = (
             Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
         )
-        self._pending: dict[Position, str] = {}  # delivered, unacknowledged -> consumer
+        # delivered, unacknowledged -> consumer, keyed by _key(position); _pending_max is
+        # an upper bound of the keys (a cumulative ack at or above it clears them all)
+        self._pending: dict[int, str] = {}
+        self._pending_max = -1
         # key_shared only: keys of pending and replay positions, and per receive pass the
         # consumer holding each key's unacknowledged messages and the keys waiting in replay.
         self._keys: dict[Position, str | None] = {}
@@ -174,9 +247,10 @@ class Subscription:
         """Detach ``name``; its unacknowledged messages are redelivered to others."""
         if self.consumers.pop(name, None) is None:
             return
-        released = [p for p, c in self._pending.items() if c == name]
-        for position in released:
-            del self._pending[position]
+        released = [k for k, c in self._pending.items() if c == name]
+        for key in released:
+            del self._pending[key]
+            position = _unkey(key)
             self._redelivery[position] = self._redelivery.get(position, 0) + 1
             self._replay.add(position)
         self.topic.notify()
@@ -266,18 +340,23 @@ class Subscription:
         return any(position <= upto for upto in self._txn_cumulative.values())
 
     def _message(self, entry: Entry) -> Message:
-        return Message(
-            entry.position,
-            entry.value,
-            entry.key,
-            entry.properties,
-            None if entry.txn_id is None else str(entry.txn_id),
-            ms_to_datetime(entry.publish_time),
-            self._redelivery.get(entry.position, 0),
+        position = entry.position
+        row = (
+            position.ledger_id,
+            position.entry_id,
+            int(entry.kind),
+            None if entry.txn_id is None else entry.txn_id.seq,
+            b"",
         )
+        body = [entry.key, entry.properties, entry.publish_time, entry.value]
+        message: Message = _new_tuple(Message, (row, body, self._redelivery.get(position, 0)))
+        return message
 
     def _deliver(self, entry: Entry, consumer: str) -> Message:
-        self._pending[entry.position] = consumer
+        key = _key(entry.position)
+        self._pending[key] = consumer
+        if key > self._pending_max:
+            self._pending_max = key
         if self.type is SubscriptionType.KEY_SHARED:
             self._keys[entry.position] = entry.key
             self._key_holders[entry.key] = consumer
@@ -326,9 +405,9 @@ class Subscription:
         if ordered and next(iter(self.consumers), None) != consumer:
             return []  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
-            live = self._pending.keys() | self._replay
+            live = {_unkey(k) for k in self._pending} | set(self._replay)
             self._keys = {p: k for p, k in self._keys.items() if p in live}
-            self._key_holders = {self._keys.get(p): c for p, c in self._pending.items()}
+            self._key_holders = {self._keys.get(_unkey(p)): c for p, c in self._pending.items()}
             self._held_keys = {self._keys.get(p) for p in self._replay}
         out: list[Message] = []
         ledger = self.topic.ledger
@@ -357,18 +436,33 @@ class Subscription:
             limit = self.read_limit
             if limit is None or self.read_position > limit:
                 break
-            if self.type is SubscriptionType.KEY_SHARED:
-                if scanned >= _KEY_SHARED_LOOKAHEAD:
+            remaining = max_messages - len(out)
+            if ordered:
+                # Read a little more than is missing (markers and aborted entries are
+                # skipped); what lies past the last delivered message stays unread.
+                rows = await ledger.read_rows(
+                    self.read_position, limit, min(remaining + remaining // 8 + 8, _MAX_ROWS)
+                )
+                if not rows:
                     break
-                chunk = _READ_CHUNK
+                if self._deliver_rows(rows, consumer, remaining, out):
+                    continue
+                entries = [decode_row(row) for row in rows]  # the general path below
             else:
-                chunk = min(_READ_CHUNK, max_messages - len(out))
-            entries = await ledger.read(self.read_position, limit, chunk)
-            if not entries:
-                break
-            scanned += len(entries)
+                if self.type is SubscriptionType.KEY_SHARED:
+                    if scanned >= _KEY_SHARED_LOOKAHEAD:
+                        break
+                    chunk = _READ_CHUNK
+                else:
+                    chunk = min(_READ_CHUNK, remaining)
+                entries = await ledger.read(self.read_position, limit, chunk)
+                if not entries:
+                    break
+                scanned += len(entries)
             for entry in entries:
                 position = entry.position
+                if ordered and len(out) >= max_messages:
+                    break  # read ahead: leave the rest unread
                 self.read_position = Position(position.ledger_id, position.entry_id + 1)
                 if self._skip(entry):
                     cursor.ack(position, ledger)
@@ -388,6 +482,54 @@ class Subscription:
                 else:
                     self._hold(entry)
         return out
+
+    def _deliver_rows(
+        self, rows: list[Row], consumer: str, remaining: int, out: list[Message]
+    ) -> bool:
+        """Deliver freshly read rows to the one consumer of an ordered subscription in
+        one pass: one decode of the kept payloads, one message object each, pending
+        and cursor updates per batch. False (nothing done) when a row may need the
+        per-entry rules (acknowledged already, or held by a transactional ack)."""
+        if self._txn_acks or self._txn_cumulative:
+            return False
+        first = rows[0]
+        cursor = self.cursor
+        md = cursor.mark_delete
+        if md is not None and (md.ledger_id, md.entry_id) >= (first[0], first[1]):
+            return False
+        if cursor.acked:
+            top = cursor.acked[-1]
+            if (top.ledger_id, top.entry_id) >= (first[0], first[1]):
+                return False
+        aborted = (
+            self.topic.buffer.aborted_seqs
+            if self.isolation is Isolation.READ_COMMITTED
+            else _NOTHING
+        )
+        keep = [r for r in rows if not r[2] and (r[3] is None or r[3] not in aborted)]
+        if len(keep) > remaining:
+            keep = keep[:remaining]
+            rows = rows[: rows.index(keep[-1]) + 1]  # nothing past the last delivered
+        if len(keep) != len(rows):
+            kept = {id(r) for r in keep}
+            cursor.ack_many(
+                [Position(r[0], r[1]) for r in rows if id(r) not in kept], self.topic.ledger
+            )
+        last = rows[-1]
+        self.read_position = Position(last[0], last[1] + 1)
+        if not keep:
+            return True
+        bodies = decode_payloads([r[4] for r in keep])
+        redelivery = self._redelivery
+        counts = (
+            [redelivery.get(Position(r[0], r[1]), 0) for r in keep] if redelivery else repeat(0)
+        )
+        out.extend(map(_new_tuple, repeat(Message), zip(keep, bodies, counts, strict=False)))
+        keys = [(r[0] << 64) | r[1] for r in keep]
+        self._pending.update(zip(keys, repeat(consumer), strict=False))
+        if keys[-1] > self._pending_max:
+            self._pending_max = keys[-1]
+        return True
 
     # -- acknowledgement -----------------------------------------------------------
 
@@ -426,19 +568,25 @@ class Subscription:
         if cumulative:
             upto = max(positions)
             self.cursor.ack_cumulative(upto, ledger)
-            for position in [p for p in self._pending if p <= upto]:
-                del self._pending[position]
-            while self._replay and self._replay[0] <= upto:
-                self._replay.pop(0)
+            upto_key = _key(upto)
+            if self._pending_max <= upto_key:
+                self._pending.clear()  # the usual case: everything delivered is acked
+                self._pending_max = -1
+            else:
+                for key in [k for k in self._pending if k <= upto_key]:
+                    del self._pending[key]
+            if self._replay and self._replay[0] <= upto:
+                del self._replay[: self._replay.bisect_right(upto)]
             if self.read_position <= upto:
                 self.read_position = Position(upto.ledger_id, upto.entry_id + 1)
         else:
             for position in positions:
                 self.cursor.ack(position, ledger)
-                self._pending.pop(position, None)
+                self._pending.pop(_key(position), None)
                 self._replay.discard(position)
-        for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
-            del self._redelivery[position]
+        if self._redelivery:
+            for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
+                del self._redelivery[position]
 
     def hold_for_txn(self, positions: Sequence[Position], cumulative: bool, txn: TxnId) -> None:
         """Make positions pending in ``txn``: not redelivered until it ends."""
@@ -446,13 +594,14 @@ class Subscription:
             upto = max(positions)
             previous = self._txn_cumulative.get(txn)
             self._txn_cumulative[txn] = upto if previous is None else max(previous, upto)
-            held = [p for p in self._pending if p <= upto]
+            upto_key = _key(upto)
+            held = [_unkey(k) for k in self._pending if k <= upto_key]
             held += [p for p in self._replay if p <= upto]
         else:
             held = list(positions)
         for position in held:
             self._txn_acks[position] = txn
-            self._pending.pop(position, None)
+            self._pending.pop(_key(position), None)
             self._replay.discard(position)
 
     def release_txn(
@@ -477,7 +626,7 @@ class Subscription:
         """Redeliver ``positions`` (those delivered and unacknowledged), count + 1."""
         self._check_positions(positions)
         for position in positions:
-            if self._pending.pop(position, None) is not None:
+            if self._pending.pop(_key(position), None) is not None:
                 self._redelivery[position] = self._redelivery.get(position, 0) + 1
                 self._replay.add(position)
         self.topic.notify()
@@ -507,6 +656,7 @@ class Subscription:
                 start = Position(last.ledger_id, last.entry_id + 1)
         self.cursor.reset(mark_delete)
         self._pending.clear()
+        self._pending_max = -1
         self._replay.clear()
         self._redelivery.clear()
         self.read_position = start

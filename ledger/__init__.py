@@ -6,6 +6,7 @@ Also home of the engine's one exception hierarchy (:class:`EngineError` and its 
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import (
     decode_payload,
+    decode_payloads,
     encode_payload,
     encode_value,
     pack,
@@ -40,7 +41,7 @@ from ._errors import (
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
-from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
+from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, Row, decode_row, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
 from ._position import Position
 from ._schema import DB_FILE
@@ -74,6 +75,7 @@ __all__ = [
     "OutgoingMessage",
     "Position",
     "ProducerRow",
+    "Row",
     "SnapshotError",
     "Store",
     "SubscriptionConflictError",
@@ -89,6 +91,8 @@ __all__ = [
     "TxnStreamTransportError",
     "WriteBatch",
     "decode_payload",
+    "decode_payloads",
+    "decode_row",
     "encode_payload",
     "encode_value",
     "ms_to_datetime",

@@ -6,6 +6,7 @@ This is the only module that imports msgpack for entries. ``bytes`` stays ``byte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -51,6 +52,45 @@ def decode_payload(data: bytes) -> tuple[str | None, Any, dict[str, str], int]:
     except Exception as exc:  # any decode failure means a damaged entry
         raise CorruptEntryError(f"damaged entry: {exc}") from exc
     return key, value, properties, publish_time
+
+
+def decode_payloads(payloads: Sequence[bytes]) -> list[list[Any]]:
+    """Decode many payloads in one pass: ``[key, properties, publish_time, value]`` each.
+
+    The payloads are joined behind one msgpack array header (each one's format-version
+    byte is itself a msgpack integer) and unpacked by a single C call, checked to come
+    out as version/body pairs; if anything does not, each payload is decoded alone so the
+    damaged one raises :class:`CorruptEntryError` as :func:`decode_payload` does.
+    """
+    count = len(payloads)
+    if not count:
+        return []
+    try:
+        items = msgpack.unpackb(
+            _array_header(2 * count) + b"".join(payloads), raw=False, strict_map_key=False
+        )
+        bodies = items[1::2]
+        if (
+            items[0::2].count(FORMAT_VERSION) == count
+            and set(map(type, bodies)) == {list}
+            and set(map(len, bodies)) == {4}
+        ):
+            return bodies  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - look at each payload below
+        pass
+    out = []
+    for payload in payloads:
+        key, value, properties, publish_time = decode_payload(payload)
+        out.append([key, properties, publish_time, value])
+    return out
+
+
+def _array_header(size: int) -> bytes:
+    if size < 16:
+        return bytes([0x90 | size])
+    if size < 1 << 16:
+        return b"\xdc" + size.to_bytes(2, "big")
+    return b"\xdd" + size.to_bytes(4, "big")
 
 
 def pack(obj: Any) -> bytes:

@@ -39,6 +39,10 @@ _SELECT_META = (
 )
 
 
+Row = tuple[int, int, int, "int | None", bytes]
+"""A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""
+
+
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
@@ -366,6 +370,23 @@ class ManagedLedger:
             ),
         )
         return [decode_row(row) for row in rows]
+
+    async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row]:
+        """:meth:`read` without decoding: ``(ledger_id, entry_id, kind, txn seq, payload)``
+        rows (a delivery batch decodes the payloads it keeps in one pass)."""
+        if end < start or limit <= 0:
+            return []
+        return await self.store.read(
+            _SELECT_RANGE,
+            (
+                self.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                limit,
+            ),
+        )
 
     async def read_positions(self, positions: Sequence[Position]) -> list[Entry]:
         """The entries at exactly ``positions`` (missing ones are left out), in order."""

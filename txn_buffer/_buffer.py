@@ -61,6 +61,7 @@ class TxnBuffer:
         self._ongoing: dict[TxnId, OpenTxn] = {}
         self._ongoing_order: SortedList = SortedList()  # (first position, txn id)
         self._aborted: dict[TxnId, AbortedTxn] = {}
+        self._aborted_seqs: set[int] = set()  # the same transactions, as sequence numbers
         self._aborted_by_marker: SortedKeyList = SortedKeyList(key=_marker_key)
         self.last_confirmed: Position | None = None
         self.max_read_position: Position | None = None
@@ -88,6 +89,7 @@ class TxnBuffer:
                             txn_id, open_txn.first, open_txn.last, position, self.max_read_position
                         )
                         self._aborted[txn_id] = aborted
+                        self._aborted_seqs.add(txn_id.seq)
                         self._aborted_by_marker.add(aborted)
         self.last_confirmed = position
         if self._ongoing_order:
@@ -130,6 +132,12 @@ class TxnBuffer:
     def is_aborted(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` aborted with data on this topic (O(1))."""
         return txn_id in self._aborted
+
+    @property
+    def aborted_seqs(self) -> set[int]:
+        """Sequence numbers of the retained aborted transactions (do not mutate): a
+        reader tests raw rows' ``txn`` column against it without making a :class:`TxnId`."""
+        return self._aborted_seqs
 
     def is_open(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` has durable data here and no marker yet."""
@@ -186,11 +194,13 @@ class TxnBuffer:
         for aborted in gone:
             self._aborted_by_marker.remove(aborted)
             del self._aborted[aborted.txn_id]
+            self._aborted_seqs.discard(aborted.txn_id.seq)
             if aborted.last >= position:
                 clamped = AbortedTxn(
                     aborted.txn_id, position, aborted.last, aborted.marker, aborted.stable
                 )
                 self._aborted[aborted.txn_id] = clamped
+                self._aborted_seqs.add(aborted.txn_id.seq)
                 self._aborted_by_marker.add(clamped)
         return sum(1 for a in gone if a.last < position)
 
@@ -208,12 +218,14 @@ class TxnBuffer:
         self._ongoing = dict(ongoing)
         self._ongoing_order = SortedList((o.first, t) for t, o in ongoing.items())
         self._aborted = {a.txn_id: a for a in aborted}
+        self._aborted_seqs = {a.txn_id.seq for a in aborted}
         self._aborted_by_marker = SortedKeyList(aborted, key=_marker_key)
 
     def _check(self) -> None:
         """Assert the buffer's invariants (tests call it after every step)."""
         assert len(self._ongoing) == len(self._ongoing_order)
         assert len(self._aborted) == len(self._aborted_by_marker)
+        assert self._aborted_seqs == {t.seq for t in self._aborted}
         for first, txn_id in self._ongoing_order:
             open_txn = self._ongoing[txn_id]
             assert open_txn.first == first <= open_txn.last
