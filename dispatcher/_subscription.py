@@ -16,6 +16,7 @@ message payloads.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
 import time
 import zlib
@@ -196,6 +197,10 @@ class Subscription:
         # an upper bound of the keys (a cumulative ack at or above it clears them all)
         self._pending: dict[int, str] = {}
         self._pending_max = -1
+        # skipped (marker or aborted) positions read by _deliver_rows, as _key()s in
+        # ascending order, not yet in the cursor; and the share of rows skipped lately
+        self._skipped: list[int] = []
+        self._skip_ratio = 0.125
         # key_shared only: keys of pending and replay positions, and per receive pass the
         # consumer holding each key's unacknowledged messages and the keys waiting in replay.
         self._keys: dict[Position, str | None] = {}
@@ -219,6 +224,7 @@ class Subscription:
 
     def prepare_cursor_write(self, batch: WriteBatch) -> None:
         """Add the cursor's current durable form to ``batch``."""
+        self._settle_skipped()
         batch.add(
             "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
             (self.cursor.encode(), self.topic.topic_id, self.name),
@@ -440,8 +446,9 @@ class Subscription:
             if ordered:
                 # Read a little more than is missing (markers and aborted entries are
                 # skipped); what lies past the last delivered message stays unread.
+                ahead = int(remaining * self._skip_ratio) + 16
                 rows = await ledger.read_rows(
-                    self.read_position, limit, min(remaining + remaining // 8 + 8, _MAX_ROWS)
+                    self.read_position, limit, min(remaining + ahead, _MAX_ROWS)
                 )
                 if not rows:
                     break
@@ -507,14 +514,21 @@ class Subscription:
             else _NOTHING
         )
         keep = [r for r in rows if not r[2] and (r[3] is None or r[3] not in aborted)]
+        read = len(rows)
         if len(keep) > remaining:
             keep = keep[:remaining]
             rows = rows[: rows.index(keep[-1]) + 1]  # nothing past the last delivered
         if len(keep) != len(rows):
-            kept = {id(r) for r in keep}
-            cursor.ack_many(
-                [Position(r[0], r[1]) for r in rows if id(r) not in kept], self.topic.ledger
+            # Markers and aborted data: acknowledged by the dispatcher, lazily (a
+            # cumulative ack covers them; see _settle_skipped).
+            self._skipped.extend(
+                [
+                    (r[0] << 64) | r[1]
+                    for r in rows
+                    if r[2] or (r[3] is not None and r[3] in aborted)
+                ]
             )
+        self._skip_ratio = 0.8 * self._skip_ratio + 0.2 * (read - len(keep)) / max(len(keep), 1)
         last = rows[-1]
         self.read_position = Position(last[0], last[1] + 1)
         if not keep:
@@ -567,8 +581,12 @@ class Subscription:
         ledger = self.topic.ledger
         if cumulative:
             upto = max(positions)
-            self.cursor.ack_cumulative(upto, ledger)
             upto_key = _key(upto)
+            skipped = self._skipped
+            if skipped and skipped[0] <= upto_key:
+                del skipped[: bisect.bisect_right(skipped, upto_key)]
+            self.cursor.ack_cumulative(upto, ledger)
+            self._settle_skipped()
             if self._pending_max <= upto_key:
                 self._pending.clear()  # the usual case: everything delivered is acked
                 self._pending_max = -1
@@ -580,6 +598,7 @@ class Subscription:
             if self.read_position <= upto:
                 self.read_position = Position(upto.ledger_id, upto.entry_id + 1)
         else:
+            self._settle_skipped()
             for position in positions:
                 self.cursor.ack(position, ledger)
                 self._pending.pop(_key(position), None)
@@ -587,6 +606,12 @@ class Subscription:
         if self._redelivery:
             for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
                 del self._redelivery[position]
+
+    def _settle_skipped(self) -> None:
+        """Put the skipped positions not covered yet into the cursor."""
+        if self._skipped:
+            skipped, self._skipped = self._skipped, []
+            self.cursor.ack_many([_unkey(k) for k in skipped], self.topic.ledger)
 
     def hold_for_txn(self, positions: Sequence[Position], cumulative: bool, txn: TxnId) -> None:
         """Make positions pending in ``txn``: not redelivered until it ends."""
@@ -655,6 +680,7 @@ class Subscription:
                 mark_delete = last
                 start = Position(last.ledger_id, last.entry_id + 1)
         self.cursor.reset(mark_delete)
+        self._skipped.clear()
         self._pending.clear()
         self._pending_max = -1
         self._replay.clear()
