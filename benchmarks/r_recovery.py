@@ -60,6 +60,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import inspect
 import json
 import shutil
 import sqlite3
@@ -73,8 +74,10 @@ from typing import Any
 
 import api._engine
 import snapshots._replay
+import snapshots._store
 from api import Engine, EngineConfig, OutgoingMessage
 from benchmarks.core import Figure, Target, format_table, make_values, progress, resolve
+from dispatcher import SubscriptionRegistry
 from ledger import EntryKind, ManagedLedger, Position, Store, TxnId, WriteBatch
 from snapshots import SEGMENT_SIZE, prepare_snapshot
 from txn_buffer import AbortedTxn, Coordinator, Topic
@@ -215,11 +218,11 @@ _PHASES: tuple[tuple[Any, str, str], ...] = (
     (ManagedLedger, "open", "ManagedLedger.open (seal/count the unsealed ledger)"),
     (snapshots._replay, "load_snapshot", "recover: load snapshot + segments"),
     (snapshots._replay, "replay", "recover: replay entries (tail or all)"),
-    (api._engine, "recover", "recover() total"),
-    (api._engine.Engine, "_load_topics", "_load_topics total"),
+    (snapshots._store, "recover", "recover() total"),
+    (api._engine, "load_topics", "_load_topics total"),
     (Coordinator, "load", "Coordinator.load (txns table)"),
-    (api._engine.Engine, "_load_subscriptions", "_load_subscriptions"),
-    (api._engine.Engine, "_reconcile", "_reconcile"),
+    (SubscriptionRegistry, "load", "_load_subscriptions"),
+    (api._engine, "reconcile", "_reconcile"),
 )
 
 
@@ -232,13 +235,23 @@ def instrumented() -> Iterator[dict[str, float]]:
     def wrap(owner: Any, attr: str, label: str) -> None:
         original = owner.__dict__[attr]
         func = original.__func__ if isinstance(original, classmethod) else original
+        if inspect.iscoroutinefunction(func):
 
-        async def timed_call(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return await func(*args, **kwargs)
-            finally:
-                spent[label] += time.perf_counter() - started
+            async def timed_call(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await func(*args, **kwargs)
+                finally:
+                    spent[label] += time.perf_counter() - started
+
+        else:
+
+            def timed_call(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    spent[label] += time.perf_counter() - started
 
         setattr(
             owner,
