@@ -15,7 +15,7 @@ from ledger import (
     now_ms,
     validate_name,
 )
-from snapshots import SnapshotState, prepare_delete_topic, prepare_snapshot
+from snapshots import SnapshotState, prepare_delete_topic, prepare_snapshot, take_snapshot
 from txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
@@ -149,7 +149,7 @@ class TopicAdmin(EngineCore):
         owner = self._topic(topic)
         state = self._snapshots[owner.topic_id]
         batch = WriteBatch()
-        size = prepare_snapshot(batch, owner, state)
+        size = await take_snapshot(batch, owner, state)
         await self.store.write(batch)
         buffer = owner.buffer
         lac, stable = buffer.last_confirmed, buffer.max_read_position

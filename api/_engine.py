@@ -36,7 +36,7 @@ from ledger import (
     TxnId,
     WriteBatch,
 )
-from snapshots import is_due, prepare_snapshot
+from snapshots import is_due, take_snapshot
 from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 
 from ._admin import TopicAdmin
@@ -251,7 +251,7 @@ class Engine(Producing, TopicAdmin, Consuming):
             for topic in list(self._topics.values()):
                 state = self._snapshots.get(topic.topic_id)
                 if state is not None and is_due(state, topic, every=every, interval=interval):
-                    prepare_snapshot(batch, topic, state)
+                    await take_snapshot(batch, topic, state)  # seals in slices
             if batch:
                 await self.store.write(batch)
             if time.monotonic() >= next_retention:

@@ -2,7 +2,14 @@
 
 from ._model import FORMAT_VERSION, SEGMENT_SIZE, SegmentRef, TxnBufferSnapshot
 from ._replay import RecoveryInfo, full_replay, recover, replay
-from ._store import SnapshotState, is_due, prepare_delete_topic, prepare_snapshot, recover_topic
+from ._store import (
+    SnapshotState,
+    is_due,
+    prepare_delete_topic,
+    prepare_snapshot,
+    recover_topic,
+    take_snapshot,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -18,4 +25,5 @@ __all__ = [
     "recover",
     "recover_topic",
     "replay",
+    "take_snapshot",
 ]

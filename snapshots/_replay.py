@@ -7,6 +7,7 @@ start, never a wrong state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import zlib
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 from ledger import ManagedLedger, Position, SnapshotError
 from txn_buffer import AbortedTxn, TxnBuffer
 
-from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted, unseal
+from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
 
 log = logging.getLogger("txnstream.snapshots")
 
-_REPLAY_CHUNK = 20_000
+_REPLAY_CHUNK = 5_000  # entries per loop step: a step stays well under 50 ms
+_DECODE_STEP = 0.02  # seconds of segment decoding per loop step
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,12 @@ async def load_snapshot(
             (ledger.topic_id,),
         )
         by_id = dict(rows)
+        deadline = time.perf_counter() + _DECODE_STEP
         for ref in snapshot.segments:
-            aborted.extend(_load_segment(ref, by_id.get(ref.segment_id)))
+            aborted.extend(_load_segment(ref, by_id.pop(ref.segment_id, None)))
+            if time.perf_counter() >= deadline:
+                await asyncio.sleep(0)  # many segments: let the loop breathe
+                deadline = time.perf_counter() + _DECODE_STEP
     aborted.extend(snapshot.tail)
     buffer = TxnBuffer()
     buffer.restore(
@@ -96,7 +102,7 @@ def _load_segment(ref: SegmentRef, data: bytes | None) -> list[AbortedTxn]:
     items = unseal(data)
     if len(items) != ref.count:
         raise SnapshotError(f"segment {ref.segment_id} holds {len(items)} of {ref.count}")
-    return [decode_aborted(item) for item in items]
+    return decode_aborted_many(items)
 
 
 def _last_durable(ledger: ManagedLedger) -> Position | None:

@@ -9,8 +9,11 @@ The two newest snapshots are kept so a damaged one falls back to the previous.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ledger import ManagedLedger, Position, WriteBatch, now_ms
@@ -82,30 +85,9 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
                 "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
                 [(topic.topic_id, s.segment_id) for s in expired],
             )
-    sealed_upto = state.sealed_upto
-    aborted = buffer.aborted_by_marker
-    if sealed_upto is None:
-        tail: list[AbortedTxn] = list(aborted)
-    else:
-        tail = list(aborted.irange_key(min_key=sealed_upto, inclusive=(False, True)))
-    while len(tail) >= SEGMENT_SIZE:
-        chunk, tail = tail[:SEGMENT_SIZE], tail[SEGMENT_SIZE:]
-        data = seal([encode_aborted(a) for a in chunk])
-        ref = SegmentRef(
-            state.next_segment_id,
-            len(chunk),
-            zlib.crc32(data),
-            chunk[-1].marker,
-            max(a.last for a in chunk),
-        )
-        state.next_segment_id += 1
-        batch.add(
-            "INSERT OR REPLACE INTO snapshot_segments (topic_id, segment_id, data)"
-            " VALUES (?, ?, ?)",
-            (topic.topic_id, ref.segment_id, data),
-        )
-        state.segments.append(ref)
-        written += len(data)
+    sealed = _seal(_unsealed(buffer, state.sealed_upto), None)
+    written += _add_segments(batch, topic, state, sealed)
+    tail = list(_unsealed(buffer, state.sealed_upto))
     snapshot = TxnBufferSnapshot(
         FORMAT_VERSION,
         buffer.last_confirmed,
@@ -148,6 +130,86 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
 
     batch.on_durable(durable)
     return written
+
+
+@dataclass(frozen=True, slots=True)
+class _Sealed:
+    """A segment's bytes and summary, before it has an id."""
+
+    data: bytes
+    count: int
+    last_marker: Position
+    max_last: Position
+
+
+def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[AbortedTxn]:
+    """The aborted transactions after the newest sealed one, in marker order."""
+    aborted = buffer.aborted_by_marker
+    if sealed_upto is None:
+        return iter(aborted)
+    return iter(aborted.irange_key(min_key=sealed_upto, inclusive=(False, True)))
+
+
+def _seal(unsealed: Iterator[AbortedTxn], deadline: float | None) -> list[_Sealed]:
+    """Whole segments from ``unsealed`` (until ``deadline``, a perf_counter time)."""
+    out: list[_Sealed] = []
+    while deadline is None or time.perf_counter() < deadline:
+        chunk = list(itertools.islice(unsealed, SEGMENT_SIZE))
+        if len(chunk) < SEGMENT_SIZE:
+            break
+        data = seal([encode_aborted(a) for a in chunk])
+        out.append(_Sealed(data, len(chunk), chunk[-1].marker, max(a.last for a in chunk)))
+    return out
+
+
+def _add_segments(
+    batch: WriteBatch, topic: Topic, state: SnapshotState, sealed: list[_Sealed]
+) -> int:
+    written = 0
+    for segment in sealed:
+        ref = SegmentRef(
+            state.next_segment_id,
+            segment.count,
+            zlib.crc32(segment.data),
+            segment.last_marker,
+            segment.max_last,
+        )
+        state.next_segment_id += 1
+        batch.add(
+            "INSERT OR REPLACE INTO snapshot_segments (topic_id, segment_id, data)"
+            " VALUES (?, ?, ?)",
+            (topic.topic_id, ref.segment_id, segment.data),
+        )
+        state.segments.append(ref)
+        written += len(segment.data)
+    return written
+
+
+async def take_snapshot(
+    batch: WriteBatch, topic: Topic, state: SnapshotState, *, step: float = 0.02
+) -> int:
+    """:func:`prepare_snapshot` for the event loop: new segments are sealed in slices of
+    about ``step`` seconds with the loop free in between (the first snapshot after a
+    full replay may seal a million aborted transactions), then the snapshot itself is
+    prepared in one step. Returns the bytes added to ``batch``.
+
+    Segments sealed in the slices are added only if no other snapshot of the topic
+    sealed any meanwhile (else that work is dropped and the final step seals again).
+    """
+    start = state.sealed_upto
+    pending: list[_Sealed] = []
+    last = start
+    while True:
+        sealed = _seal(_unsealed(topic.buffer, last), time.perf_counter() + step)
+        if not sealed:
+            break
+        pending.extend(sealed)
+        last = sealed[-1].last_marker
+        await asyncio.sleep(0)
+    written = 0
+    if pending and state.sealed_upto == start and not topic.deleted:
+        written += _add_segments(batch, topic, state, pending)
+    return written + prepare_snapshot(batch, topic, state)
 
 
 async def recover_topic(ledger: ManagedLedger) -> tuple[TxnBuffer, SnapshotState]:
