@@ -9,6 +9,7 @@ figures of the same run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import gc
@@ -375,3 +376,78 @@ def peak_rss_mb() -> float | None:
     """The peak RSS since the last :func:`reset_peak_rss` (``VmHWM``), in MiB."""
     kb = _status_kb("VmHWM")
     return None if kb is None else kb / 1024
+
+
+# -- event-loop stalls (L1) ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Stalls:
+    """The longest event-loop steps seen, with the benchmark phase each happened in."""
+
+    phase: str = "-"
+    watching: bool = True
+    worst: list[tuple[float, str]] = field(default_factory=list)
+
+    def note(self, seconds: float, phase: str | None = None) -> None:
+        worst = self.worst
+        if len(worst) < 5 or seconds > worst[-1][0]:
+            worst.append((seconds, phase or self.phase))
+            worst.sort(reverse=True)
+            del worst[5:]
+
+
+STALLS = _Stalls()
+"""Filled by every event loop the benchmarks run (see :func:`install_stall_watch`)."""
+
+
+class _StallWatchLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop that records how long each of its steps keeps it from polling.
+
+    A step is one ``_run_once``: the callbacks that were ready, run back to back; the
+    time spent waiting in ``select`` is not part of it. Four ``perf_counter`` calls
+    per step: no measurable overhead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waited = 0.0
+        selector = self._selector  # type: ignore[attr-defined]
+        select = selector.select
+
+        def timed_select(timeout: float | None = None) -> Any:
+            started = time.perf_counter()
+            try:
+                return select(timeout)
+            finally:
+                self._waited += time.perf_counter() - started
+
+        selector.select = timed_select
+
+    def _run_once(self) -> None:
+        self._waited = 0.0
+        started = time.perf_counter()
+        super()._run_once()  # type: ignore[misc]
+        if STALLS.watching:
+            STALLS.note(time.perf_counter() - started - self._waited)
+
+
+class _StallWatchPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _StallWatchLoop()
+
+
+def install_stall_watch() -> None:
+    """Make every later ``asyncio.run`` of this process use a stall-watching loop."""
+    asyncio.set_event_loop_policy(_StallWatchPolicy())
+
+
+@contextlib.contextmanager
+def stall_phase(name: str, *, watched: bool = True) -> Iterator[None]:
+    """Label the stalls recorded inside (``watched=False``: harness work, not counted)."""
+    saved = STALLS.phase, STALLS.watching
+    STALLS.phase, STALLS.watching = name, watched and saved[1]
+    try:
+        yield
+    finally:
+        STALLS.phase, STALLS.watching = saved
