@@ -27,6 +27,8 @@ from ._config import EngineConfig, RetentionPolicy
 
 log = logging.getLogger("txnstream.engine")
 
+_LOADERS = 8
+
 
 @dataclass(slots=True)
 class LoadedTopics:
@@ -38,7 +40,7 @@ class LoadedTopics:
 
 
 async def load_topics(store: Store, config: EngineConfig) -> LoadedTopics:
-    """Reopen and recover every topic of ``store`` (in parallel)."""
+    """Reopen and recover every topic of ``store`` (several at a time)."""
     catalog = Catalog(store)
     loaded = LoadedTopics()
 
@@ -59,9 +61,17 @@ async def load_topics(store: Store, config: EngineConfig) -> LoadedTopics:
             loaded.retention[name] = RetentionPolicy.decode(retention)
         loaded.topics[name] = Topic(name, topic_id, ledger, buffer, producers, created_ms)
 
+    rows = iter(await catalog.topics())
+
+    async def loader() -> None:
+        for row in rows:  # shared: each topic is taken by one loader
+            await load(row.topic_id, row.name, row.created_ms, row.retention)
+
+    # A few loaders, not a task per topic: ten thousand tasks would all take their first
+    # step in one loop iteration, and the reads share two connections anyway.
     async with asyncio.TaskGroup() as group:
-        for row in await catalog.topics():
-            group.create_task(load(row.topic_id, row.name, row.created_ms, row.retention))
+        for _ in range(_LOADERS):
+            group.create_task(loader())
     # TaskGroup finishes in any order; keep topics in id order as before
     loaded.topics = dict(sorted(loaded.topics.items(), key=lambda kv: kv[1].topic_id))
     return loaded

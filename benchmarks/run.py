@@ -32,13 +32,26 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks.core import REPO_ROOT, Figure, Settings, format_table, progress, registry, resolve
+from benchmarks.core import (
+    REPO_ROOT,
+    STALLS,
+    Figure,
+    Settings,
+    Target,
+    format_table,
+    install_stall_watch,
+    progress,
+    registry,
+    resolve,
+    stall_phase,
+)
 
 GROUP_MODULES = (
     "benchmarks.b1_produce",
     "benchmarks.b2_consume",
     "benchmarks.b3_latency",
     "benchmarks.b4_memory",
+    "benchmarks.x1_scale",
     "benchmarks.extra_groups",
     "benchmarks.m_soak",
 )
@@ -98,12 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         f" {args.runs} run(s) per figure)"
     )
     git = git_state()  # before running: other work may commit meanwhile
+    install_stall_watch()  # every asyncio.run below records its loop's longest steps
     started = time.perf_counter()
     figures: list[Figure] = []
     for name in wanted:
         bench = groups[name]
         progress(f"{name}: {bench.title}")
-        produced = bench.run(settings)
+        with stall_phase(name):
+            produced = bench.run(settings)
         ids = [f.id for f in produced]
         if not bench.figure_ids:  # a group whose figures depend on its sizes: keep its order
             figures.extend(produced)
@@ -113,6 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         order = {figure_id: i for i, figure_id in enumerate(bench.figure_ids)}
         figures.extend(sorted(produced, key=lambda f: order[f.id]))
     duration = time.perf_counter() - started
+    if STALLS.worst:
+        worst = STALLS.worst[0][0]
+        figures.append(
+            Figure("L1-stall-ms", worst * 1000, "ms", None, Target("<=", 50.0), (worst * 1000,))
+        )
+        progress(
+            "L1 longest event-loop steps: "
+            + ", ".join(f"{s * 1000:.1f} ms ({phase})" for s, phase in STALLS.worst)
+        )
 
     rows = resolve(figures)
     print()
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
             "git": git,
+            "stalls_ms": [[round(s * 1000, 2), phase] for s, phase in STALLS.worst],
         },
     }
     args.output.write_text(json.dumps(document, indent=2) + "\n")
