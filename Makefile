@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test check format bench clean
+.PHONY: install serve test check format bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick,)
+
+# txnstream beside raw sqlite3, aiosqlite, PostgreSQL and Redis (those two when their
+# servers are installed: apt-get install postgresql redis-server); CHART=path.png draws it
+bench-peers: install
+	$(BIN)/python -m pip install --quiet -e '.[peers]'
+	$(BIN)/python benchmarks/peers.py $(if $(QUICK),--quick,) $(if $(CHART),--chart $(CHART),)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache bench-results.json
