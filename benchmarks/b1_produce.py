@@ -167,7 +167,7 @@ def produce(settings: Settings) -> list[Figure]:
             samples["B1-txn10"],
             "msg/s",
             baseline=ceiling,
-            target=Target(">=", 0.8, ceiling),
+            target=Target(">=", 0.6, ceiling),
         ),
         Figure.of(
             "B1-txn100",
@@ -183,7 +183,7 @@ def produce(settings: Settings) -> list[Figure]:
             samples["B1-txn10-8p"],
             "msg/s",
             baseline=ceiling,
-            target=Target(">=", 2.0, "B1-txn10"),
+            target=Target(">=", 3.5, "B1-txn10"),
         ),
         Figure.of(ceiling, samples[ceiling], "msg/s"),
     ]

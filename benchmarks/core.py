@@ -387,6 +387,8 @@ class _Stalls:
 
     phase: str = "-"
     watching: bool = True
+    mixed: bool = False
+    """The current loop step entered or left an unwatched phase: do not count it."""
     worst: list[tuple[float, str]] = field(default_factory=list)
 
     def note(self, seconds: float, phase: str | None = None) -> None:
@@ -428,8 +430,9 @@ class _StallWatchLoop(asyncio.SelectorEventLoop):
         self._waited = 0.0
         started = time.perf_counter()
         super()._run_once()  # type: ignore[misc]
-        if STALLS.watching:
+        if STALLS.watching and not STALLS.mixed:
             STALLS.note(time.perf_counter() - started - self._waited)
+        STALLS.mixed = False
 
 
 class _StallWatchPolicy(asyncio.DefaultEventLoopPolicy):
@@ -447,7 +450,9 @@ def stall_phase(name: str, *, watched: bool = True) -> Iterator[None]:
     """Label the stalls recorded inside (``watched=False``: harness work, not counted)."""
     saved = STALLS.phase, STALLS.watching
     STALLS.phase, STALLS.watching = name, watched and saved[1]
+    STALLS.mixed = STALLS.mixed or not watched
     try:
         yield
     finally:
         STALLS.phase, STALLS.watching = saved
+        STALLS.mixed = STALLS.mixed or not watched

@@ -34,11 +34,11 @@ marker each, positions laid out as the ledger would: 50,000 entries per ledger),
 the engine's own ``SnapshotState`` of that topic takes the first (full) snapshot, which
 seals N / 1024 segments, written durably. Then 20 times: 10 more aborted transactions
 fed through ``TxnBuffer.on_entry`` (the path durable markers take), and a periodic
-snapshot: ``prepare_snapshot(batch, topic, state)`` + ``store.write(batch)`` (durable,
+snapshot: ``take_snapshot(batch, topic, state)`` + ``store.write(batch)`` (durable,
 ``synchronous=FULL``). The engine's own snapshot loop is kept out of the way
 (``snapshot_every``/``snapshot_interval`` huge). Figures at N = 1,000,000 (quick:
 100,000), and per N in {10k, 100k, 1M} (quick: {10k, 100k}) to show how the cost
-depends on N: bytes written (``prepare_snapshot``'s return; checked against the sum of
+depends on N: bytes written (``take_snapshot``'s return; checked against the sum of
 the batch's blob parameters) and milliseconds (median of the 20). ``R2-policy-*``: the
 worst case the default policy allows, a snapshot after 1,000 more aborts (5 of them;
 the bytes figure is the largest). ``R2-first-snapshot-s``: the first snapshot of a
@@ -76,10 +76,18 @@ import api._engine
 import snapshots._replay
 import snapshots._store
 from api import Engine, EngineConfig, OutgoingMessage
-from benchmarks.core import Figure, Target, format_table, make_values, progress, resolve
+from benchmarks.core import (
+    Figure,
+    Target,
+    format_table,
+    make_values,
+    progress,
+    resolve,
+    stall_phase,
+)
 from dispatcher import SubscriptionRegistry
 from ledger import EntryKind, ManagedLedger, Position, Store, TxnId, WriteBatch
-from snapshots import SEGMENT_SIZE, prepare_snapshot
+from snapshots import SEGMENT_SIZE, take_snapshot
 from txn_buffer import AbortedTxn, Coordinator, Topic
 
 TOPIC = "r1"
@@ -408,11 +416,12 @@ def _blob_bytes(batch: WriteBatch) -> int:
 
 
 async def snapshot_once(engine: Engine, topic: Topic) -> tuple[int, float, float]:
-    """One snapshot of ``topic`` with the engine's bookkeeping: (bytes, prepare ms, write ms)."""
+    """One snapshot of ``topic`` the way the engine takes it (``take_snapshot``: new
+    segments sealed in slices that yield to the loop): (bytes, prepare ms, write ms)."""
     state = engine._snapshots[topic.topic_id]
     batch = WriteBatch()
     started = time.perf_counter()
-    written = prepare_snapshot(batch, topic, state)
+    written = await take_snapshot(batch, topic, state)
     prepared = time.perf_counter()
     await engine.store.write(batch)
     done = time.perf_counter()
@@ -444,21 +453,24 @@ async def r2_series(path: Path, retained: int, policy: bool) -> Series:
     config = EngineConfig(snapshot_every=10**9, snapshot_interval=10**6)
     series = Series(retained)
     async with Engine.open(path, config) as engine:
-        synthetic = await synthetic_topic(engine, f"r2-{retained}", retained)
+        with stall_phase("R2 synthetic setup", watched=False):  # harness, not the engine
+            synthetic = await synthetic_topic(engine, f"r2-{retained}", retained)
         topic = synthetic.topic
         gc.collect()
         written, prepare_ms, write_ms = await snapshot_once(engine, topic)
         series.initial_bytes, series.initial_ms = written, prepare_ms + write_ms
         series.segments = len(engine._snapshots[topic.topic_id].segments)
         for _ in range(R2_SNAPSHOTS):
-            synthetic.abort_more(R2_ABORTS_BETWEEN)
+            with stall_phase("R2 synthetic aborts", watched=False):
+                synthetic.abort_more(R2_ABORTS_BETWEEN)
             written, prepare_ms, write_ms = await snapshot_once(engine, topic)
             series.bytes.append(written)
             series.prepare_ms.append(prepare_ms)
             series.total_ms.append(prepare_ms + write_ms)
         if policy:
             for _ in range(R2_POLICY_SNAPSHOTS):
-                synthetic.abort_more(R2_POLICY_ABORTS)
+                with stall_phase("R2 synthetic aborts", watched=False):
+                    synthetic.abort_more(R2_POLICY_ABORTS)
                 written, prepare_ms, write_ms = await snapshot_once(engine, topic)
                 series.policy_bytes.append(written)
                 series.policy_ms.append(prepare_ms + write_ms)

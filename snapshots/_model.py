@@ -39,13 +39,8 @@ def _req(value: list[int] | None) -> Position:
 
 def encode_aborted(aborted: AbortedTxn) -> list[Any]:
     """One aborted transaction as a compact list."""
-    return [
-        aborted.txn_id.seq,
-        _pos(aborted.first),
-        _pos(aborted.last),
-        _pos(aborted.marker),
-        _pos(aborted.stable),
-    ]
+    seq, fl, fe, ll, le, ml, me, sl, se = aborted
+    return [seq, [fl, fe], [ll, le], [ml, me], None if sl is None else [sl, se]]
 
 
 def decode_aborted(item: list[Any]) -> AbortedTxn:
@@ -56,20 +51,20 @@ def decode_aborted(item: list[Any]) -> AbortedTxn:
 
 def decode_aborted_many(items: list[list[Any]]) -> list[AbortedTxn]:
     """:func:`decode_aborted` for a whole segment, in one comprehension."""
-    P = Position
+    of_ints = AbortedTxn.of_ints
     try:
-        return [
-            AbortedTxn(
-                TxnId(seq),
-                P(first[0], first[1]),
-                P(last[0], last[1]),
-                P(marker[0], marker[1]),
-                None if stable is None else P(stable[0], stable[1]),
-            )
+        out = [
+            of_ints((seq, *first, *last, *marker, *(_NO_POSITION if stable is None else stable)))
             for seq, first, last, marker, stable in items
         ]
-    except (TypeError, ValueError, IndexError) as exc:
+    except (TypeError, ValueError) as exc:
         raise SnapshotError(f"malformed aborted transaction: {exc}") from exc
+    if out and set(map(len, out)) != {9}:
+        raise SnapshotError("malformed aborted transaction in a segment")
+    return out
+
+
+_NO_POSITION = (None, None)
 
 
 def seal(body: Any) -> bytes:

@@ -147,7 +147,8 @@ def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[Abort
     aborted = buffer.aborted_by_marker
     if sealed_upto is None:
         return iter(aborted)
-    return iter(aborted.irange_key(min_key=sealed_upto, inclusive=(False, True)))
+    key = (sealed_upto.ledger_id, sealed_upto.entry_id)
+    return iter(aborted.irange_key(min_key=key, inclusive=(False, True)))
 
 
 def _seal(unsealed: Iterator[AbortedTxn], deadline: float | None) -> list[_Sealed]:

@@ -17,7 +17,7 @@ restored from a snapshot taken at ``p`` followed by replay of the entries after 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView, Mapping
 from dataclasses import dataclass
 
 from sortedcontainers import SortedKeyList, SortedList
@@ -35,23 +35,112 @@ class OpenTxn:
     last: Position
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """An aborted transaction's data range on this topic (Kafka's AbortedTxn)."""
+class AbortedTxn(tuple):  # type: ignore[type-arg]
+    """An aborted transaction's data range on this topic (Kafka's AbortedTxn).
 
-    txn_id: TxnId
-    first: Position
-    last: Position
-    marker: Position
-    stable: Position | None
-    """``max_read_position`` just before the ABORT marker (Kafka's lastStableOffset hint).
+    ``AbortedTxn(txn_id, first, last, marker, stable)``; read-only. Held as one tuple of
+    plain ints (sequence, then each position's ledger and entry), so a topic can retain
+    a million of them cheaply: no object per position, nothing for the garbage
+    collector to walk. The fields are made when read.
+    """
 
-    A hint only: after retention or snapshot recovery it may differ from the value the
-    original run computed, so nothing relies on it for correctness."""
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        txn_id: TxnId,
+        first: Position,
+        last: Position,
+        marker: Position,
+        stable: Position | None,
+    ) -> AbortedTxn:
+        return _new_tuple(
+            cls,
+            (
+                txn_id.seq,
+                first.ledger_id,
+                first.entry_id,
+                last.ledger_id,
+                last.entry_id,
+                marker.ledger_id,
+                marker.entry_id,
+                None if stable is None else stable.ledger_id,
+                None if stable is None else stable.entry_id,
+            ),
+        )
+
+    @classmethod
+    def of_ints(cls, values: tuple[int | None, ...]) -> AbortedTxn:
+        """From ``(seq, first ledger, first entry, last ..., marker ..., stable ...)``
+        (the stable pair may be ``None, None``), without making positions."""
+        aborted: AbortedTxn = _new_tuple(cls, values)
+        return aborted
+
+    @property
+    def txn_id(self) -> TxnId:
+        """The aborted transaction."""
+        return TxnId(self[0])
+
+    @property
+    def first(self) -> Position:
+        """Its first data entry on this topic."""
+        return Position(self[1], self[2])
+
+    @property
+    def last(self) -> Position:
+        """Its last data entry on this topic."""
+        return Position(self[3], self[4])
+
+    @property
+    def marker(self) -> Position:
+        """Its ABORT marker."""
+        return Position(self[5], self[6])
+
+    @property
+    def stable(self) -> Position | None:
+        """``max_read_position`` just before the ABORT marker (Kafka's lastStableOffset
+        hint). A hint only: after retention or snapshot recovery it may differ from the
+        value the original run computed, so nothing relies on it for correctness."""
+        return None if self[7] is None else Position(self[7], self[8])
+
+    def __repr__(self) -> str:
+        return (
+            f"AbortedTxn(txn_id={self.txn_id!r}, first={self.first!r}, last={self.last!r},"
+            f" marker={self.marker!r}, stable={self.stable!r})"
+        )
 
 
-def _marker_key(aborted: AbortedTxn) -> Position:
-    return aborted.marker
+_new_tuple = tuple.__new__
+
+
+def _marker_key(aborted: AbortedTxn) -> tuple[int, int]:
+    return (aborted[5], aborted[6])
+
+
+def _key(position: Position) -> tuple[int, int]:
+    return (position.ledger_id, position.entry_id)
+
+
+class _AbortedView(Mapping[TxnId, AbortedTxn]):
+    """The retained aborted transactions by :class:`TxnId` (a read-only view of the
+    buffer's table, which is keyed by sequence number)."""
+
+    __slots__ = ("_by_seq",)
+
+    def __init__(self, by_seq: dict[int, AbortedTxn]) -> None:
+        self._by_seq = by_seq
+
+    def __getitem__(self, txn_id: TxnId) -> AbortedTxn:
+        return self._by_seq[txn_id.seq]
+
+    def __contains__(self, txn_id: object) -> bool:
+        return isinstance(txn_id, TxnId) and txn_id.seq in self._by_seq
+
+    def __iter__(self) -> Iterator[TxnId]:
+        return map(TxnId, self._by_seq)
+
+    def __len__(self) -> int:
+        return len(self._by_seq)
 
 
 class TxnBuffer:
@@ -60,8 +149,7 @@ class TxnBuffer:
     def __init__(self) -> None:
         self._ongoing: dict[TxnId, OpenTxn] = {}
         self._ongoing_order: SortedList = SortedList()  # (first position, txn id)
-        self._aborted: dict[TxnId, AbortedTxn] = {}
-        self._aborted_seqs: set[int] = set()  # the same transactions, as sequence numbers
+        self._aborted: dict[int, AbortedTxn] = {}  # by transaction sequence number
         self._aborted_by_marker: SortedKeyList = SortedKeyList(key=_marker_key)
         self.last_confirmed: Position | None = None
         self.max_read_position: Position | None = None
@@ -77,7 +165,7 @@ class TxnBuffer:
                 open_txn = self._ongoing.get(txn_id)
                 if open_txn is not None:
                     open_txn.last = position
-                elif txn_id not in self._aborted:
+                elif txn_id.seq not in self._aborted:
                     self._ongoing[txn_id] = OpenTxn(position, self.last_confirmed, position)
                     self._ongoing_order.add((position, txn_id))
             else:
@@ -88,8 +176,7 @@ class TxnBuffer:
                         aborted = AbortedTxn(
                             txn_id, open_txn.first, open_txn.last, position, self.max_read_position
                         )
-                        self._aborted[txn_id] = aborted
-                        self._aborted_seqs.add(txn_id.seq)
+                        self._aborted[txn_id.seq] = aborted
                         self._aborted_by_marker.add(aborted)
         self.last_confirmed = position
         if self._ongoing_order:
@@ -117,7 +204,7 @@ class TxnBuffer:
             open_txn = self._ongoing.get(txn_id)
             if open_txn is not None:
                 open_txn.last = last
-            elif txn_id not in self._aborted:
+            elif txn_id.seq not in self._aborted:
                 self._ongoing[txn_id] = OpenTxn(first, self.last_confirmed, last)
                 self._ongoing_order.add((first, txn_id))
         self.last_confirmed = last
@@ -131,13 +218,13 @@ class TxnBuffer:
 
     def is_aborted(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` aborted with data on this topic (O(1))."""
-        return txn_id in self._aborted
+        return txn_id.seq in self._aborted
 
     @property
-    def aborted_seqs(self) -> set[int]:
-        """Sequence numbers of the retained aborted transactions (do not mutate): a
-        reader tests raw rows' ``txn`` column against it without making a :class:`TxnId`."""
-        return self._aborted_seqs
+    def aborted_seqs(self) -> KeysView[int]:
+        """Sequence numbers of the retained aborted transactions: a reader tests raw
+        rows' ``txn`` column against it without making a :class:`TxnId`."""
+        return self._aborted.keys()
 
     def is_open(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` has durable data here and no marker yet."""
@@ -149,9 +236,9 @@ class TxnBuffer:
         return self._ongoing
 
     @property
-    def aborted_txns(self) -> dict[TxnId, AbortedTxn]:
-        """Retained aborted transactions (do not mutate)."""
-        return self._aborted
+    def aborted_txns(self) -> Mapping[TxnId, AbortedTxn]:
+        """Retained aborted transactions (a read-only view)."""
+        return _AbortedView(self._aborted)
 
     def oldest_open(self) -> TxnId | None:
         """The open transaction whose first entry holds ``max_read_position``, if any."""
@@ -167,10 +254,11 @@ class TxnBuffer:
         A transaction's ABORT marker always follows its data, so only markers at or after
         ``start`` can qualify; cost O(aborted transactions with a marker after ``start``).
         """
+        lo, hi = _key(start), _key(end)
         return [
             aborted
-            for aborted in self._aborted_by_marker.irange_key(min_key=start)
-            if aborted.first <= end and aborted.last >= start
+            for aborted in self._aborted_by_marker.irange_key(min_key=lo)
+            if (aborted[1], aborted[2]) <= hi and (aborted[3], aborted[4]) >= lo
         ]
 
     @property
@@ -190,19 +278,16 @@ class TxnBuffer:
         Aborted transactions whose data all lies before it are dropped; one whose data
         starts before it starts at it now (what a replay from ``position`` would see).
         """
-        gone = [a for a in self._aborted_by_marker if a.first < position]
+        at = _key(position)
+        gone = [a for a in self._aborted_by_marker if (a[1], a[2]) < at]
         for aborted in gone:
             self._aborted_by_marker.remove(aborted)
-            del self._aborted[aborted.txn_id]
-            self._aborted_seqs.discard(aborted.txn_id.seq)
-            if aborted.last >= position:
-                clamped = AbortedTxn(
-                    aborted.txn_id, position, aborted.last, aborted.marker, aborted.stable
-                )
-                self._aborted[aborted.txn_id] = clamped
-                self._aborted_seqs.add(aborted.txn_id.seq)
+            del self._aborted[aborted[0]]
+            if (aborted[3], aborted[4]) >= at:
+                clamped = AbortedTxn.of_ints((aborted[0], *at, *aborted[3:]))
+                self._aborted[aborted[0]] = clamped
                 self._aborted_by_marker.add(clamped)
-        return sum(1 for a in gone if a.last < position)
+        return sum(1 for a in gone if (a[3], a[4]) < at)
 
     def restore(
         self,
@@ -217,22 +302,20 @@ class TxnBuffer:
         self.max_read_position = max_read_position
         self._ongoing = dict(ongoing)
         self._ongoing_order = SortedList((o.first, t) for t, o in ongoing.items())
-        self._aborted = {a.txn_id: a for a in aborted}
-        self._aborted_seqs = {a.txn_id.seq for a in aborted}
+        self._aborted = {a[0]: a for a in aborted}
         self._aborted_by_marker = SortedKeyList(aborted, key=_marker_key)
 
     def _check(self) -> None:
         """Assert the buffer's invariants (tests call it after every step)."""
         assert len(self._ongoing) == len(self._ongoing_order)
         assert len(self._aborted) == len(self._aborted_by_marker)
-        assert self._aborted_seqs == {t.seq for t in self._aborted}
         for first, txn_id in self._ongoing_order:
             open_txn = self._ongoing[txn_id]
             assert open_txn.first == first <= open_txn.last
             assert self.last_confirmed is not None
             assert open_txn.last <= self.last_confirmed
             assert self.max_read_position is None or self.max_read_position < first
-            assert txn_id not in self._aborted
+            assert txn_id.seq not in self._aborted
         if not self._ongoing:
             assert self.max_read_position == self.last_confirmed
         elif self.max_read_position is not None:
