@@ -67,6 +67,7 @@ _UPSERT_TXN = (
 )
 
 _NO_ACKS = pack([])
+_STATES = {state.value: state for state in TxnState}
 
 REASONS = ("client", "timeout", "fenced", "low_watermark")
 """Why a transaction ended: its client ended it, it timed out, a newer holder of its
@@ -221,14 +222,14 @@ class Coordinator:
             ended,
             reason,
         ) in rows:
-            if state != "open" and compact_left > 0:  # an outcome is enough (rows keep the rest)
+            is_open = state == "open"
+            if not is_open and compact_left > 0:  # an outcome is enough (rows keep the rest)
                 compact_left -= 1
-                self._keep_outcome(seq, TxnState(state) is TxnState.COMMITTED, fenced, reason)
-                self._next_seq = max(self._next_seq, seq + 1)
+                self._keep_outcome(seq, state == "committed", fenced, reason)
                 continue
             record = TxnRecord(
                 TxnId(seq),
-                TxnState(state),
+                _STATES[state],
                 timeout_ms,
                 deadline_ms,
                 tid,
@@ -236,7 +237,8 @@ class Coordinator:
                 created,
                 bool(fenced),
                 dict.fromkeys(unpack(topics)),
-                [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)],
+                # an ended transaction's acks were applied or released: none kept
+                [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)] if is_open else [],
                 ended,
                 reason,
                 persisted=True,
@@ -244,11 +246,12 @@ class Coordinator:
             self._txns[seq] = record
             if tid is not None and not record.fenced:
                 self._holders[tid] = record
-            if record.state is TxnState.OPEN:
+            if is_open:
                 heapq.heappush(self._deadlines, (deadline_ms, seq))
             else:
                 self._ended.append(seq)
-            self._next_seq = max(self._next_seq, seq + 1)
+        if rows:  # ordered by seq
+            self._next_seq = max(self._next_seq, rows[-1][0] + 1)
         rows = await self._store.read("SELECT key FROM finish_keys")
         self._finish_keys = {key for (key,) in rows}
 
