@@ -6,7 +6,9 @@ import typer
 
 from ._common import DEFAULT_URL, JsonOption, UrlOption, connect, dash, print_json
 
-topics_app = typer.Typer(help="Create, list, delete and inspect topics.", no_args_is_help=True)
+topics_app = typer.Typer(
+    help="Create, list, delete and inspect topics.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @topics_app.command("create")
@@ -53,6 +55,14 @@ def topics_stats(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = 
         return
     for field in ("topic", "last_confirmed", "stable_position", "open_txns", "aborted_txns"):
         typer.echo(f"{field}: {dash(data.get(field))}")
+    blocking = data.get("blocking_txn")
+    if blocking:
+        typer.echo(
+            f"blocking_txn: {blocking.get('txn')} since {dash(blocking.get('since'))} "
+            f"deadline {dash(blocking.get('deadline'))}"
+        )
+    else:
+        typer.echo("blocking_txn: -")
     typer.echo(f"ledgers: {data.get('ledgers')}  entries: {data.get('entries')}")
     snapshot = data.get("snapshot")
     if snapshot:
