@@ -76,9 +76,8 @@ def _usage_line(exc: typer.TyperException) -> str:
     """A usage error as one line, with where to look for help."""
     message = exc.format_message().strip().replace("\n", " ")
     ctx = getattr(exc, "ctx", None)
-    if ctx is None:
-        return f"error: {message}"
-    return f"error: {message} (see '{ctx.command_path} --help')"
+    command = "txnstream" if ctx is None else ctx.command_path
+    return f"error: {message} (see '{command} --help')"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -88,7 +88,7 @@ def connect(url: str) -> Iterator[Client]:
 class Backoff:
     """Exponential backoff with jitter for reconnecting: 0.2 s doubling up to ``cap``."""
 
-    def __init__(self, first: float = 0.2, cap: float = 5.0) -> None:
+    def __init__(self, first: float = 0.2, cap: float = 2.0) -> None:
         self.first = first
         self.cap = cap
         self.delay = first
