@@ -22,7 +22,9 @@ from api.client import Client
 
 UrlOption = Annotated[
     str,
-    typer.Option("--url", envvar="TXNSTREAM_URL", help="Server URL.", show_envvar=True),
+    typer.Option(
+        "--url", envvar="TXNSTREAM_URL", metavar="URL", help="Server URL.", show_envvar=True
+    ),
 ]
 # A flag: no value after it (typer's rich help would print "<bool>" for it, which read
 # as if it took one; the app uses click's plain help, which shows flags bare).
@@ -37,6 +39,9 @@ FormatOption = Annotated[
         metavar="FMT",
     ),
 ]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", show_default=False)]
+SubArg = Annotated[str, typer.Argument(metavar="SUB", show_default=False)]
+TxnArg = Annotated[str, typer.Argument(metavar="TXN", show_default=False)]
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 # Answers worth retrying in --follow: the server is restarting or a proxy lost it.

@@ -18,6 +18,7 @@ position. When nothing comes because an open transaction holds the stable positi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from ._common import (
     Backoff,
     FormatOption,
     JsonOption,
+    TopicArg,
     UrlOption,
     connect,
     describe,
@@ -204,8 +206,10 @@ def _from_subscription(
     _keep_going(reader, step)
 
 
-def _from_position(reader: _Reader, start: str) -> None:
+def _from_position(reader: _Reader, start: str, wait_ms: int) -> None:
     client, topic = reader.client, reader.topic
+    # Like a receive: without --follow, wait up to wait_ms for a first message.
+    wait_until = time.monotonic() + wait_ms / 1000
     at: str | None = None
     skip_through: Position | None = None  # --from latest: only what comes after now
     if start == "latest":
@@ -236,7 +240,7 @@ def _from_position(reader: _Reader, start: str) -> None:
             return True
         if data.get("stable_position") != data.get("last_confirmed"):
             reader.check_blocking()
-        if not reader.follow:
+        if not reader.follow and (reader.received or time.monotonic() >= wait_until):
             return False
         idle.sleep()  # a range fetch does not wait for new entries: poll, slower when idle
         return True
@@ -245,10 +249,12 @@ def _from_position(reader: _Reader, start: str) -> None:
 
 
 def consume(
-    topic: str,
+    topic: TopicArg,
     sub: Annotated[
         str | None,
-        typer.Argument(help="Subscription (created if missing); leave it out with --from."),
+        typer.Argument(
+            metavar="SUB", help="Subscription (created if missing); leave it out with --from."
+        ),
     ] = None,
     start: Annotated[
         str | None,
@@ -264,6 +270,7 @@ def consume(
         str | None,
         typer.Option(
             "--type",
+            metavar="TYPE",
             help="exclusive, failover, shared or key_shared [default: the subscription's "
             "own, or exclusive for a new one].",
         ),
@@ -271,23 +278,30 @@ def consume(
     isolation: Annotated[
         str | None,
         typer.Option(
+            metavar="LEVEL",
             help="read_committed or read_uncommitted [default: the subscription's own, "
-            "else read_committed]."
+            "else read_committed].",
         ),
     ] = None,
     initial_position: Annotated[
         str | None,
-        typer.Option(help="Where a new subscription starts: earliest (default) or latest."),
+        typer.Option(
+            metavar="WHERE", help="Where a new subscription starts: earliest (default) or latest."
+        ),
     ] = None,
-    consumer: Annotated[str, typer.Option(help="Consumer name.")] = "default",
+    consumer: Annotated[str, typer.Option(metavar="NAME", help="Consumer name.")] = "default",
     max_messages: Annotated[
         int | None,
         typer.Option(
-            "--max", min=1, help="Stop after this many messages (default 100; --follow: no limit)."
+            "--max",
+            min=1,
+            metavar="N",
+            help="Stop after this many messages (default 100; --follow: no limit).",
         ),
     ] = None,
     wait_ms: Annotated[
-        int, typer.Option(min=0, max=30_000, help="Wait this long for the first message.")
+        int,
+        typer.Option(min=0, max=30_000, metavar="MS", help="Wait this long for the first message."),
     ] = 1000,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep reading; reconnect if the server goes.")
@@ -323,7 +337,7 @@ def consume(
     with connect(url) as client:
         if start is not None:
             reader = _Reader(client, topic, printer, limit, follow, isolation or ISOLATIONS[0])
-            _from_position(reader, start)
+            _from_position(reader, start, wait_ms)
         elif sub is not None:
             sub_isolation = _subscription_settings(
                 client, topic, sub, sub_type, isolation, initial_position

@@ -23,6 +23,7 @@ from ._common import (
     DEFAULT_URL,
     FormatOption,
     JsonOption,
+    TopicArg,
     UrlOption,
     connect,
     note,
@@ -115,15 +116,20 @@ def _open_input(file: Path | None) -> BinaryIO:
 
 
 def produce(
-    topic: str,
+    topic: TopicArg,
     values: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Values (JSON if they parse, else strings); default: lines of stdin or --file."
+            metavar="VALUES",
+            help="Values (JSON if they parse, else strings); default: lines of stdin or --file.",
         ),
     ] = None,
-    txn: Annotated[str | None, typer.Option(help="Send inside this transaction.")] = None,
-    key: Annotated[str | None, typer.Option("--key", "-k", help="Key of every message.")] = None,
+    txn: Annotated[
+        str | None, typer.Option(metavar="TXN", help="Send inside this transaction.")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", "-k", metavar="KEY", help="Key of every message.")
+    ] = None,
     key_separator: Annotated[
         str | None,
         typer.Option(
@@ -140,7 +146,9 @@ def produce(
     ] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", help="Read the lines (or with --binary, the bytes) from FILE."),
+        typer.Option(
+            "--file", metavar="FILE", help="Read the lines (or with --binary, the bytes) from FILE."
+        ),
     ] = None,
     binary: Annotated[
         bool,
@@ -150,16 +158,19 @@ def produce(
         bool, typer.Option("--raw", help="Send values as text: do not parse them as JSON.")
     ] = False,
     producer: Annotated[
-        str | None, typer.Option(help="Idempotent producer name (with --sequence).")
+        str | None, typer.Option(metavar="NAME", help="Idempotent producer name (with --sequence).")
     ] = None,
     sequence: Annotated[
         int | None,
         typer.Option(
-            min=0, help="Sequence number of the first message (with --producer); counts up."
+            min=0,
+            metavar="N",
+            help="Sequence number of the first message (with --producer); counts up.",
         ),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option(min=1, max=10_000, help="At most this many lines per request.")
+        int,
+        typer.Option(min=1, max=10_000, metavar="N", help="At most this many lines per request."),
     ] = 100,
     url: UrlOption = DEFAULT_URL,
     as_json: JsonOption = False,

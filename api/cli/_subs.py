@@ -24,6 +24,8 @@ from ._common import (
     DEFAULT_URL,
     FormatOption,
     JsonOption,
+    SubArg,
+    TopicArg,
     UrlOption,
     connect,
     dash,
@@ -58,7 +60,7 @@ def _sub_line(name: str, sub: dict[str, Any]) -> str:
 
 
 @sub_app.command("list")
-def sub_list(topic: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def sub_list(topic: TopicArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """List the subscriptions of TOPIC: name, type, isolation, backlog, mark-delete
     position, consumers."""
     with connect(url) as client:
@@ -72,16 +74,17 @@ def sub_list(topic: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = Fal
 
 @sub_app.command("create")
 def sub_create(
-    topic: str,
-    sub: str,
+    topic: TopicArg,
+    sub: SubArg,
     sub_type: Annotated[
-        str, typer.Option("--type", help="exclusive, failover, shared or key_shared.")
+        str,
+        typer.Option("--type", metavar="TYPE", help="exclusive, failover, shared or key_shared."),
     ] = "exclusive",
     initial_position: Annotated[
-        str, typer.Option(help="Where it starts: earliest or latest.")
+        str, typer.Option(metavar="WHERE", help="Where it starts: earliest or latest.")
     ] = "earliest",
     isolation: Annotated[
-        str, typer.Option(help="read_committed or read_uncommitted.")
+        str, typer.Option(metavar="LEVEL", help="read_committed or read_uncommitted.")
     ] = "read_committed",
     url: UrlOption = DEFAULT_URL,
     as_json: JsonOption = False,
@@ -104,7 +107,7 @@ def sub_create(
 
 @sub_app.command("delete")
 def sub_delete(
-    topic: str, sub: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
+    topic: TopicArg, sub: SubArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
 ) -> None:
     """Delete subscription SUB of TOPIC with its cursor."""
     with connect(url) as client:
@@ -117,9 +120,9 @@ def sub_delete(
 
 @sub_app.command("seek")
 def sub_seek(
-    topic: str,
-    sub: str,
-    position: Annotated[str, typer.Argument(metavar="L:E|earliest|latest")],
+    topic: TopicArg,
+    sub: SubArg,
+    position: Annotated[str, typer.Argument(metavar="POSITION", help="L:E, earliest or latest.")],
     url: UrlOption = DEFAULT_URL,
     as_json: JsonOption = False,
 ) -> None:
@@ -137,10 +140,10 @@ def sub_seek(
 
 @sub_app.command("peek")
 def sub_peek(
-    topic: str,
-    sub: str,
+    topic: TopicArg,
+    sub: SubArg,
     max_messages: Annotated[
-        int, typer.Option("--max", min=1, max=10_000, help="Show at most this many.")
+        int, typer.Option("--max", min=1, max=10_000, metavar="N", help="Show at most this many.")
     ] = 10,
     url: UrlOption = DEFAULT_URL,
     as_json: JsonOption = False,

@@ -10,6 +10,7 @@ import typer
 from ._common import (
     DEFAULT_URL,
     JsonOption,
+    TxnArg,
     UrlOption,
     connect,
     dash,
@@ -53,11 +54,13 @@ def _show_txn(data: dict[str, Any]) -> None:
 @txn_app.command("begin")
 def txn_begin(
     timeout_ms: Annotated[
-        int | None, typer.Option(min=1, max=900_000, help="Abort after this long.")
+        int | None, typer.Option(min=1, max=900_000, metavar="MS", help="Abort after this long.")
     ] = None,
-    label: Annotated[str | None, typer.Option(help="Free text to find it later.")] = None,
+    label: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Free text to find it later.")
+    ] = None,
     transactional_id: Annotated[
-        str | None, typer.Option(help="Fences any open transaction with the same id.")
+        str | None, typer.Option(metavar="ID", help="Fences any open transaction with the same id.")
     ] = None,
     url: UrlOption = DEFAULT_URL,
     as_json: JsonOption = False,
@@ -79,21 +82,21 @@ def _show_end(data: dict[str, Any], as_json: bool) -> None:
 
 
 @txn_app.command("commit")
-def txn_commit(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_commit(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """Commit transaction TXN (its messages become visible)."""
     with connect(url) as client:
         _show_end(client.commit(txn), as_json)
 
 
 @txn_app.command("abort")
-def txn_abort(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_abort(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """Abort transaction TXN (its messages are dropped)."""
     with connect(url) as client:
         _show_end(client.abort(txn), as_json)
 
 
 @txn_app.command("show")
-def txn_show(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_show(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """Show transaction TXN."""
     with connect(url) as client:
         data = client.get_transaction(txn)
@@ -105,8 +108,12 @@ def txn_show(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
 
 @txn_app.command("list")
 def txn_list(
-    state: Annotated[str | None, typer.Option(help="Only transactions in this state.")] = None,
-    label_prefix: Annotated[str | None, typer.Option(help="Only labels with this prefix.")] = None,
+    state: Annotated[
+        str | None, typer.Option(metavar="STATE", help="Only transactions in this state.")
+    ] = None,
+    label_prefix: Annotated[
+        str | None, typer.Option(metavar="PREFIX", help="Only labels with this prefix.")
+    ] = None,
     older_than: Annotated[
         str | None,
         typer.Option(

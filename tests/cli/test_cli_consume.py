@@ -48,7 +48,7 @@ def test_from_reads_committed_data_only(cli: Cli, name: str) -> None:
         "consume", name, "--from", "earliest", "--isolation", "read_uncommitted", "--json"
     )
     assert _values(uncommitted.stdout) == ["a", "b", "c", "d"]
-    assert cli("consume", name, "--from", "latest").stdout == ""
+    assert cli("consume", name, "--from", "latest", "--wait-ms", "0").stdout == ""
     # Nothing was acknowledged and no subscription made.
     assert json.loads(cli("sub", "list", name, "--json").stdout)["subscriptions"] == {}
 
