@@ -313,7 +313,7 @@ class Engine(Producing, TopicAdmin, Consuming):
             self.metrics.fenced_requests.inc()
             raise
         self.metrics.commit_latency.observe(time.perf_counter() - started)
-        return record.info()
+        return await self.coordinator.read_info(record)
 
     async def abort(self, txn: TxnId | str) -> TxnInfo:
         """Abort; returns once the decision and every topic's marker are durable."""
@@ -323,12 +323,12 @@ class Engine(Producing, TopicAdmin, Consuming):
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
-        return record.info()
+        return await self.coordinator.read_info(record)
 
     async def get_transaction(self, txn: TxnId | str) -> TxnInfo:
         """The transaction's current state, label and topics."""
         self._check_open()
-        return self.coordinator.get(txn).info()
+        return await self.coordinator.read_info(self.coordinator.get(txn))
 
     async def transactions(
         self,
