@@ -1,4 +1,4 @@
-"""The ``txnstream`` command end to end: subprocesses against a live server."""
+"""The ``txnstream`` command end to end against a live server (run in this process)."""
 
 from __future__ import annotations
 
