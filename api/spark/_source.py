@@ -83,9 +83,8 @@ from ._common import (
     parse_position,
     position_of,
 )
-from ._http_client import HttpClient
 from ._path import LedgerRange, committed_reader, read_range, split_window
-from ._url import read_window, split_ledgers
+from ._url import ServerClient, read_window, split_ledgers
 from ._writers import TxnStreamStreamWriter, TxnStreamWriter, check_write
 
 try:  # PySpark >= 4.2
@@ -196,7 +195,7 @@ class _Planner:
                 view.max_read_position if opts.isolation == READ_COMMITTED else view.last_confirmed
             )
             return view.first, limit
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.limits(opts.isolation)
 
     def partitions(self, window: Window) -> list[TxnStreamPartition]:
@@ -204,7 +203,7 @@ class _Planner:
         if window.empty:
             return []
         if opts.url is not None:
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 first, _ = client.limits(opts.isolation)
                 average = client.entries_per_ledger()
             if first is not None and window.start < first:  # retention trimmed the head
@@ -232,7 +231,7 @@ class _Planner:
             return  # Spark's placeholder partition of an empty read
         if partition.window is not None:
             start, end = (Position.parse(p) for p in partition.window)
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 yield from read_window(client, Window(start, end), opts.isolation, opts.fetch_size)
             return
         assert opts.path is not None
@@ -318,7 +317,7 @@ class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             with committed_reader(opts.path) as reader:
                 nth = reader.nth_position(reader.topic_id(opts.topic), start, count)
             return nth if nth is not None else Position(2**62, 0)
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.position_after(start, count, opts.isolation)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
