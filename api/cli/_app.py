@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import typer
 
+from ._auth import auth_app
 from ._messages import consume, produce
 from ._serve import serve
 from ._topics import topics_app
@@ -25,6 +26,7 @@ app.command()(serve)
 app.command()(produce)
 app.command()(consume)
 app.add_typer(drill_app, name="drill", help="Recovery drills (replay, crash, snapshot).")
+app.add_typer(auth_app, name="auth")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""What the client commands share: the ``--url``/``--json`` options, output, error exits."""
+"""What the client commands share: the ``--url``/``--token``/``--json`` options, output,
+error exits."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ UrlOption = Annotated[
     str,
     typer.Option("--url", envvar="TXNSTREAM_URL", help="Server URL.", show_envvar=True),
 ]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="TXNSTREAM_TOKEN",
+        show_envvar=True,
+        help="Bearer token for a server run with --auth.",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -27,16 +37,19 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Client]:
-    """A :class:`Client` of ``url``; an error answer or no answer prints it and exits 1."""
+def connect(url: str, token: str | None = None) -> Iterator[Client]:
+    """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
+    it and exits 1."""
     try:
-        with Client(url) as client:
+        with Client(url, token=token or None) as client:
             yield client
     except TxnStreamTransportError as exc:
         fail(exc.message)
     except TxnStreamHttpError as exc:
         if exc.code == "unknown":  # not the contract's error envelope
             fail(f"HTTP {exc.status}: {exc.message}")
+        if exc.status == 401:
+            fail(f"{exc.message} (unauthorized, HTTP 401): pass --token or set TXNSTREAM_TOKEN")
         fail(f"{exc.message} ({exc.code}, HTTP {exc.status})")
 
 

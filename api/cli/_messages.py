@@ -11,7 +11,16 @@ import typer
 
 from api.client import wire_message
 
-from ._common import DEFAULT_URL, JsonOption, UrlOption, connect, dash, fail, print_json
+from ._common import (
+    DEFAULT_URL,
+    JsonOption,
+    TokenOption,
+    UrlOption,
+    connect,
+    dash,
+    fail,
+    print_json,
+)
 
 
 def _parse_value(text: str) -> Any:
@@ -65,6 +74,7 @@ def produce(
         int, typer.Option(min=1, max=10_000, help="Messages per request (stdin input).")
     ] = 100,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Produce VALUES (or stdin lines) to TOPIC; prints each message's position."""
@@ -78,7 +88,7 @@ def produce(
     size = len(values) if values else batch_size
     positions: list[str] = []
     duplicate = False
-    with connect(url) as client:
+    with connect(url, token) as client:
         for batch in _batches(source, max(size, 1)):
             messages = [
                 wire_message(_parse_value(text), key=key, properties=properties) for text in batch
@@ -116,13 +126,14 @@ def consume(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep receiving.")] = False,
     no_ack: Annotated[bool, typer.Option("--no-ack", help="Do not acknowledge.")] = False,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Receive from subscription SUB of TOPIC (created if missing) and acknowledge."""
     limit = max_messages if max_messages is not None else (None if follow else 100)
     received = 0
     try:
-        with connect(url) as client:
+        with connect(url, token) as client:
             client.create_subscription(
                 topic, sub, type=sub_type, initial_position=initial_position, isolation=isolation
             )

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import DEFAULT_URL, JsonOption, UrlOption, connect, dash, print_json
+from ._common import DEFAULT_URL, JsonOption, TokenOption, UrlOption, connect, dash, print_json
 
 txn_app = typer.Typer(help="Begin, commit, abort and inspect transactions.", no_args_is_help=True)
 
@@ -16,6 +16,8 @@ def _show_txn(data: dict[str, Any]) -> None:
     typer.echo(f"state: {data.get('state')}")
     typer.echo(f"label: {dash(data.get('label'))}")
     typer.echo(f"topics: {', '.join(data.get('topics') or []) or '-'}")
+    if data.get("owner"):
+        typer.echo(f"owner: {data.get('owner')}")
     if data.get("fenced"):
         typer.echo("fenced: yes")
     if data.get("timeout_ms") is not None:
@@ -32,10 +34,11 @@ def txn_begin(
         str | None, typer.Option(help="Fences any open transaction with the same id.")
     ] = None,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Begin a transaction and print its id."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.begin(timeout_ms=timeout_ms, label=label, transactional_id=transactional_id)
     if as_json:
         print_json(data)
@@ -51,23 +54,29 @@ def _show_end(data: dict[str, Any], as_json: bool) -> None:
 
 
 @txn_app.command("commit")
-def txn_commit(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_commit(
+    txn: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
+) -> None:
     """Commit transaction TXN (its messages become visible)."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         _show_end(client.commit(txn), as_json)
 
 
 @txn_app.command("abort")
-def txn_abort(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_abort(
+    txn: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
+) -> None:
     """Abort transaction TXN (its messages are dropped)."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         _show_end(client.abort(txn), as_json)
 
 
 @txn_app.command("show")
-def txn_show(txn: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_show(
+    txn: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
+) -> None:
     """Show transaction TXN."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.get_transaction(txn)
     if as_json:
         print_json(data)
@@ -80,10 +89,11 @@ def txn_list(
     state: Annotated[str | None, typer.Option(help="Only transactions in this state.")] = None,
     label_prefix: Annotated[str | None, typer.Option(help="Only labels with this prefix.")] = None,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List transactions: id, state, label."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         items = client.list_transactions(state=state, label_prefix=label_prefix)
     if as_json:
         print_json({"transactions": items})

@@ -38,4 +38,7 @@ async def metrics(request: Request) -> Response:
         except TopicNotFoundError:
             continue
     body, content_type = engine.metrics.render(snapshots, time.time())
+    access = getattr(request.app.state, "access", None)
+    if access is not None:  # refused requests (auth, Host, Origin): the HTTP layer's count
+        body += access.refusals.render()
     return Response(body, media_type=content_type)

@@ -21,17 +21,19 @@ its JSON text), ``value_json`` string (the JSON text of a non-bytes value, else 
 ``properties`` map<string,string>, ``txn`` string (``"txn-<n>"`` or null), and
 ``publish_time`` timestamp. Options: ``url`` or ``path`` (exactly one), ``topic``,
 ``startingPosition`` (inclusive; ``earliest`` default, ``latest`` or ``"L:E"``),
-``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position,
-or ``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed``
-default; ``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
+``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position, or
+``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed`` default;
+``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
 included), ``maxEntriesPerPartition`` (200000), ``fetchSize`` (url, 10000),
 ``maxEntriesPerTrigger`` (streaming; counts log entries, markers included), ``timeout``
-(HTTP seconds). Input partitions are whole ledgers or bounded ranges of a large ledger,
-consecutive small ledgers grouped up to ``maxEntriesPerPartition`` entries (over HTTP
-by the topic's average ledger size); each task reads its range and drops aborted data
-using the aborted list of its own range (path: the aborted-transaction index, not even
-looked up when no ledger from the range on has ``has_aborts``; url: each fetch answer's
-``aborted``), yielding Arrow record batches, never buffering a transaction.
+(HTTP seconds), ``token`` (url: the bearer token for a server run with ``--auth``; it
+needs ``consume`` on the topic to read, ``produce`` to write). Input partitions are
+whole ledgers or bounded ranges of a large ledger, consecutive small ledgers grouped up
+to ``maxEntriesPerPartition`` entries (over HTTP by the topic's average ledger size);
+each task reads its range and drops aborted data using the aborted list of its own range
+(path: the aborted-transaction index, not even looked up when no ledger from the range
+on has ``has_aborts``; url: each fetch answer's ``aborted``), yielding Arrow record
+batches, never buffering a transaction.
 
 Streaming offsets are ``{"next": "L:E"}``: everything before ``next`` was covered.
 ``latestOffset`` is just after the topic's stable position, so a micro-batch never

@@ -42,7 +42,7 @@ class ServerClient:
         assert options.url is not None
         self.url = options.url
         self.topic = options.topic
-        self._client = Client(options.url, timeout=options.http_timeout)
+        self._client = Client(options.url, timeout=options.http_timeout, token=options.token)
 
     def __enter__(self) -> ServerClient:
         return self
@@ -71,6 +71,12 @@ class ServerClient:
         except TxnStreamHttpError as exc:
             if exc.status == 404 and path.startswith("/v1/topics/"):
                 text = f"topic {self.topic!r} not found on the server {self.url} ({exc.message})"
+            elif exc.status in (401, 403):
+                text = (
+                    f"{method} {path} refused by {self.url}: {exc.status} {exc.code}:"
+                    f" {exc.message} (the server runs with --auth: set .option('token', ...)"
+                    " to a token allowed on the topic)"
+                )
             else:
                 text = (
                     f"{method} {path} failed on {self.url}: {exc.status} {exc.code}: {exc.message}"
