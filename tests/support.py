@@ -54,16 +54,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(data: Path) -> Iterator[str]:
+def running_server(data: Path, auth_file: Path | None = None) -> Iterator[str]:
     """A ``txnstream serve`` server over ``data`` on a free loopback port; yields its URL.
 
     Made by ``api.cli.make_server`` (the lifespan of ``serve``) and run in a background
-    thread with its own event loop; stopped (and the engine closed) on exit.
+    thread with its own event loop; stopped (and the engine closed) on exit. With
+    ``auth_file``, it requires tokens (``serve --auth``).
     """
     from api.cli import make_server
+    from api.cli._serve import access_policy
 
     port = free_port()
-    server = make_server(data, "127.0.0.1", port, log_level="warning")
+    access = access_policy("127.0.0.1", auth_file=auth_file)
+    server = make_server(data, "127.0.0.1", port, log_level="warning", access=access)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
     wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
