@@ -81,7 +81,13 @@ def _install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 summary=app.summary,
-                description="The txnstream HTTP API, version 1 (shared/HTTP_API.md).",
+                description=(
+                    "The txnstream HTTP API, version 1 (shared/HTTP_API.md). A server run with"
+                    " `--auth` wants `Authorization: Bearer <token>` on every request but"
+                    " `GET /v1/health`: 401 `unauthorized` without a known token, 403"
+                    " `forbidden` without the permission (a grant on the topic, the"
+                    " transaction's owner, admin for `/metrics`)."
+                ),
                 routes=app.routes,
             )
             for path_item in schema.get("paths", {}).values():

@@ -78,3 +78,24 @@ def test_a_token_made_by_the_cli_is_accepted(auth_url: str, tmp_path: Path) -> N
     with running_server(tmp_path / "data", auth_file) as url:
         assert txnstream("topics", "create", "x", "--url", url, "--token", token).returncode == 0
         assert txnstream("topics", "list", "--url", url, "--token", line).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("host", "auth", "insecure", "refused"),
+    [
+        ("127.0.0.1", False, False, False),
+        ("127.0.0.2", False, False, False),
+        ("::1", False, False, False),
+        ("localhost", False, False, False),
+        ("0.0.0.0", False, False, True),
+        ("::", False, False, True),
+        ("192.168.1.10", False, False, True),
+        ("my-host.example", False, False, True),
+        ("0.0.0.0", True, False, False),
+        ("0.0.0.0", False, True, False),
+    ],
+)
+def test_which_binds_need_auth(host: str, auth: bool, insecure: bool, refused: bool) -> None:
+    from api.cli._serve import check_bind
+
+    assert (check_bind(host, auth=auth, insecure=insecure) is not None) is refused

@@ -575,3 +575,77 @@ def test_schemathesis_finds_no_server_error_with_auth(auth_server: ServeSubproce
                 )
 
         run()
+
+
+def test_authorization_comes_before_reading_a_large_body(http: httpx.Client) -> None:
+    body = b'{"messages": [{"value": "' + b"x" * (40 * 1024 * 1024) + b'"}]}'
+    headers = {"content-type": "application/json"}
+    refused = http.post("/v1/topics/a-big/messages", content=body, headers=headers)
+    assert refused.status_code == 401  # not 413: nothing of the body was looked at
+    too_large = http.post(
+        "/v1/topics/a-big/messages", content=body, headers={**headers, **bearer("alice")}
+    )
+    assert too_large.status_code == 413
+
+
+# -- the principals file --------------------------------------------------------------------
+
+BAD_FILES = [
+    ([], "expected an object"),
+    ({"principals": {}}, "expected an object"),
+    ({"principals": [], "extra": 1}, "unknown field"),
+    ({"principals": [{"name": "a b", "token": "t"}]}, "name must be"),
+    ({"principals": [{"name": "a", "token": ""}]}, "token must be"),
+    ({"principals": [{"name": "a", "token": "sha256:12"}]}, "64 hex digits"),
+    ({"principals": [{"name": "a", "token": "t", "admin": "yes"}]}, "admin must be"),
+    ({"principals": [{"name": "a", "token": "t", "admn": True}]}, "unknown field"),
+    ({"principals": [{"name": "a", "token": "t", "grants": [{"topic": "x"}]}]}, "actions must be"),
+    (
+        {
+            "principals": [
+                {"name": "a", "token": "t", "grants": [{"topic": "x", "actions": ["read"]}]}
+            ]
+        },
+        "unknown action 'read'",
+    ),
+    (
+        {
+            "principals": [
+                {"name": "a", "token": "t", "grants": [{"topic": "x*y", "actions": ["consume"]}]}
+            ]
+        },
+        "prefix ending in '*'",
+    ),
+    ({"principals": [{"name": "a", "token": "t"}, {"name": "a", "token": "u"}]}, "appears twice"),
+    ({"principals": [{"name": "a", "token": "t"}, {"name": "b", "token": "t"}]}, "same token"),
+]
+
+
+@pytest.mark.parametrize(("document", "problem"), BAD_FILES, ids=[p for _, p in BAD_FILES])
+def test_a_malformed_principals_file_is_named_precisely(document: Any, problem: str) -> None:
+    from api.http import AuthFileError
+    from api.http._auth import parse_principals
+
+    with pytest.raises(AuthFileError, match=re.escape(problem)):
+        parse_principals(document)
+
+
+def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
+    from api.http import Authenticator, token_digest
+    from api.http._auth import parse_principals
+
+    document = {
+        "principals": [
+            {"name": "ops", "token": "sha256:" + token_digest("s3cret").hex(), "admin": True},
+            {"name": "dev", "token": "plain", "grants": [{"topic": "*", "actions": ["consume"]}]},
+        ]
+    }
+    auth = Authenticator(parse_principals(document))
+    ops, dev = auth.identify("s3cret"), auth.identify("plain")
+    assert ops is not None
+    assert dev is not None
+    assert (ops.name, ops.admin, dev.name, dev.admin) == ("ops", True, "dev", False)
+    assert auth.identify("sha256:" + token_digest("s3cret").hex()) is None  # not the secret
+    assert auth.identify("Plain") is None
+    assert dev.may(["consume"], "anything")
+    assert not dev.may(["produce", "manage"], "anything")
