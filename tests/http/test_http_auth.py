@@ -649,3 +649,40 @@ def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
     assert auth.identify("Plain") is None
     assert dev.may(["consume"], "anything")
     assert not dev.may(["produce", "manage"], "anything")
+
+
+AUTHENTICATED_ROUTES = {
+    ("GET", "/v1/topics"),
+    ("POST", "/v1/transactions"),
+    ("GET", "/v1/transactions"),
+    ("POST", "/v1/transactions/finish"),
+    ("GET", "/v1/transactions/{txn}"),
+    ("POST", "/v1/transactions/{txn}/commit"),
+    ("POST", "/v1/transactions/{txn}/abort"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/docs/oauth2-redirect"),
+    ("GET", "/redoc"),
+}
+"""Routes any known token may call (their objects are checked by owner, or filtered)."""
+
+
+async def test_every_route_has_its_rule(engine: Any) -> None:
+    from api.http import create_app
+    from api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
+
+    app = create_app(engine)
+    for route in app.routes:
+        template = getattr(route, "path", "")
+        path = template.replace("{topic}", "t").replace("{sub}", "s").replace("{txn}", "txn-1")
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method == "HEAD":
+                continue
+            need, topic = need_of(method, path)
+            if "{topic}" in template:  # a topic in the path: actions on it, or admin only
+                assert isinstance(need, tuple) or need == ADMIN, (method, template)
+                assert topic == "t" or need == ADMIN, (method, template)
+            elif need == AUTHENTICATED:
+                assert (method, template) in AUTHENTICATED_ROUTES, (method, template)
+            else:
+                assert need in (OPEN, ADMIN), (method, template)
