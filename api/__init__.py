@@ -19,6 +19,7 @@ from ledger import (
     EngineError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     IncompatibleSnapshotError,
     InsufficientStorageError,
     InvalidArgumentError,
@@ -42,7 +43,7 @@ from ledger import (
 from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
-from ._core import EngineState, Health, ProduceResult
+from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._replay_check import TopicReplay, replay_check
@@ -69,6 +70,7 @@ __all__ = [
     "FetchResult",
     "FetchedEntry",
     "FinishResult",
+    "ForbiddenError",
     "Health",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
@@ -78,6 +80,7 @@ __all__ = [
     "NotFoundError",
     "OutgoingMessage",
     "Position",
+    "Principal",
     "ProduceResult",
     "SnapshotError",
     "SubscriptionConflictError",

@@ -8,7 +8,7 @@ from dispatcher import FetchResult, Message, Subscription, fetch
 from ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
 from txn_buffer import PendingAck
 
-from ._core import EngineCore, EngineState, PositionsArg, parse_positions
+from ._core import EngineCore, EngineState, PositionsArg, PrincipalArg, parse_positions
 
 _MAX_RECEIVE = 10_000
 
@@ -90,9 +90,16 @@ class Consuming(EngineCore):
         *,
         cumulative: bool = False,
         txn: TxnId | str | None = None,
+        principal: PrincipalArg = None,
     ) -> int:
-        """Acknowledge positions (durable on return); with ``txn``, on its commit only."""
+        """Acknowledge positions (durable on return); with ``txn``, on its commit only.
+
+        With a ``principal``, ``txn`` must be its own (:class:`ForbiddenError`).
+        """
         sub = self._subscription(topic, subscription)
+        if txn is not None and principal is not None:
+            await self._check_owner(txn, principal)
+            sub = self._subscription(topic, subscription)  # it may have gone meanwhile
         parsed = parse_positions(positions)
         if not parsed:
             return 0

@@ -20,6 +20,7 @@ from ledger import (
     ClosedError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     InvalidArgumentError,
     Position,
     Store,
@@ -34,6 +35,48 @@ from ._config import EngineConfig, RetentionPolicy
 from ._metrics import EngineMetrics
 
 PositionsArg = Sequence[Position | str] | Position | str
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a call acts for, when the caller names one (the HTTP server with ``--auth``).
+
+    A transaction belongs to the principal that began it; another non-``admin`` principal
+    naming it gets :class:`ForbiddenError`. Transactional ids, ``finish`` idempotence keys
+    and idempotent producer names are scoped to ``name``. Calls that name no principal
+    (the embedded API) are unrestricted and unscoped, as before principals existed.
+    """
+
+    name: str
+    admin: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgumentError("a principal's name must be a non-empty string")
+
+
+PrincipalArg = Principal | str | None
+"""A :class:`Principal`, a plain name (a non-admin principal) or None (unrestricted)."""
+
+
+def as_principal(principal: PrincipalArg) -> Principal | None:
+    """``principal`` as a :class:`Principal` (a ``str`` names a non-admin one)."""
+    if principal is None or isinstance(principal, Principal):
+        return principal
+    if isinstance(principal, str):
+        return Principal(principal)
+    raise InvalidArgumentError("principal must be a Principal, a name or None")
+
+
+def owner_name(principal: PrincipalArg) -> str | None:
+    """The namespace ``principal`` scopes names in (None: the unscoped one)."""
+    p = as_principal(principal)
+    return None if p is None else p.name
+
+
+def is_restricted(principal: Principal | None) -> bool:
+    """True if ``principal`` may act only on its own transactions."""
+    return principal is not None and not principal.admin
 
 
 class EngineState(enum.Enum):
@@ -137,6 +180,17 @@ class EngineCore:
             validate_name(name)
             raise TopicNotFoundError(f"topic {name!r} not found")
         return topic
+
+    async def _check_owner(self, txn: TxnId | str, principal: PrincipalArg) -> None:
+        """Raise :class:`ForbiddenError` unless ``principal`` may act on ``txn`` (its own,
+        or an admin, or no principal); :class:`TxnNotFoundError` if it is unknown."""
+        p = as_principal(principal)
+        if not is_restricted(p):
+            return
+        assert p is not None
+        record = self.coordinator.get(txn)
+        if await self.coordinator.owner_of(record) != p.name:
+            raise ForbiddenError(f"transaction {record.txn_id} belongs to another principal")
 
     def _check_txn(self, txn: TxnId | str) -> TxnRecord:
         try:

@@ -42,7 +42,14 @@ from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 from ._admin import TopicAdmin
 from ._config import EngineConfig
 from ._consume import Consuming
-from ._core import EngineState, Health
+from ._core import (
+    EngineState,
+    Health,
+    PrincipalArg,
+    as_principal,
+    is_restricted,
+    owner_name,
+)
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._produce import Producing
@@ -276,16 +283,20 @@ class Engine(Producing, TopicAdmin, Consuming):
         timeout: float | None = None,
         transactional_id: str | None = None,
         label: str | None = None,
+        principal: PrincipalArg = None,
     ) -> Transaction:
         """Begin a transaction (``timeout`` in seconds, default from the config).
 
-        A ``transactional_id`` held by an open transaction aborts and fences it.
+        A ``transactional_id`` held by an open transaction aborts and fences it. With a
+        ``principal`` (see :class:`Principal`) the transaction belongs to it and the
+        ``transactional_id`` is scoped to it.
         """
         self._check_open()
+        owner = owner_name(principal)
         await self.store.wait_writable()
         self._check_open()
         record = self.coordinator.begin(
-            timeout=timeout, transactional_id=transactional_id, label=label
+            timeout=timeout, transactional_id=transactional_id, label=label, owner=owner
         )
         if transactional_id is not None or not self.coordinator.id_is_durable(record.txn_id):
             # the fenced predecessor's abort, or the id block's reservation, is durable on
@@ -303,9 +314,13 @@ class Engine(Producing, TopicAdmin, Consuming):
         """``async with engine.transaction() as txn``: commit on exit, abort on exception."""
         return TransactionScope(self, timeout, transactional_id, label)
 
-    async def commit(self, txn: TxnId | str) -> TxnInfo:
-        """Commit; returns once the decision and every topic's marker are durable."""
+    async def commit(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """Commit; returns once the decision and every topic's marker are durable.
+
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
         self._check_open()
+        await self._check_owner(txn, principal)
         started = time.perf_counter()
         try:
             record = await self.coordinator.commit(txn)
@@ -315,9 +330,13 @@ class Engine(Producing, TopicAdmin, Consuming):
         self.metrics.commit_latency.observe(time.perf_counter() - started)
         return await self.coordinator.read_info(record)
 
-    async def abort(self, txn: TxnId | str) -> TxnInfo:
-        """Abort; returns once the decision and every topic's marker are durable."""
+    async def abort(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """Abort; returns once the decision and every topic's marker are durable.
+
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
         self._check_open()
+        await self._check_owner(txn, principal)
         try:
             record = await self.coordinator.abort(txn)
         except FencedError:
@@ -325,9 +344,13 @@ class Engine(Producing, TopicAdmin, Consuming):
             raise
         return await self.coordinator.read_info(record)
 
-    async def get_transaction(self, txn: TxnId | str) -> TxnInfo:
-        """The transaction's current state, label and topics."""
+    async def get_transaction(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """The transaction's current state, label and topics.
+
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
         self._check_open()
+        await self._check_owner(txn, principal)
         return await self.coordinator.read_info(self.coordinator.get(txn))
 
     async def transactions(
@@ -335,25 +358,42 @@ class Engine(Producing, TopicAdmin, Consuming):
         state: str | None = None,
         label_prefix: str | None = None,
         older_than_ms: int | None = None,
+        *,
+        principal: PrincipalArg = None,
     ) -> list[TxnInfo]:
         """Known transactions, filtered by state, label prefix and age (begun more than
-        ``older_than_ms`` ago)."""
+        ``older_than_ms`` ago); with a non-admin ``principal``, only its own."""
         self._check_open()
-        return self.coordinator.list_txns(state, label_prefix, older_than_ms)
+        p = as_principal(principal)
+        infos = self.coordinator.list_txns(state, label_prefix, older_than_ms)
+        if p is not None and is_restricted(p):
+            infos = [info for info in infos if info.owner == p.name]
+        return infos
 
     async def finish(
         self,
         commit: Sequence[TxnId | str] = (),
         abort: Sequence[TxnId | str] = (),
         idempotence_key: str | None = None,
+        *,
+        principal: PrincipalArg = None,
     ) -> FinishResult:
-        """Commit and abort several transactions in one atomic step (see Coordinator)."""
+        """Commit and abort several transactions in one atomic step (see Coordinator).
+
+        With a ``principal``, the ``idempotence_key`` is scoped to it and every listed
+        transaction must be its own (unless it is an admin): else :class:`ForbiddenError`
+        and nothing changes.
+        """
         self._check_open()
         for name, ids in (("commit", commit), ("abort", abort)):
             if isinstance(ids, str) or not isinstance(ids, Sequence):
                 raise InvalidArgumentError(f"{name} must be a list of transaction ids")
+        for txn in [*commit, *abort]:
+            await self._check_owner(txn, principal)
         try:
-            return await self.coordinator.finish(commit, abort, idempotence_key)
+            return await self.coordinator.finish(
+                commit, abort, idempotence_key, owner=owner_name(principal)
+            )
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise

@@ -15,6 +15,7 @@ the HTTP client (``api.client``) raises the other way round, a status and code a
         + SubscriptionNotFoundError
         + TxnNotFoundError
       x TxnNotOpenError               409 txn_not_open: the transaction has ended
+      x ForbiddenError                403 forbidden: another principal's transaction
       x FencedError                   409 fenced: a newer holder of the transactional id
       x ConflictError                 409 conflict
         + ConsumerBusyError           a second consumer on an exclusive subscription
@@ -83,6 +84,14 @@ class TxnNotFoundError(NotFoundError):
 
 class TxnNotOpenError(EngineError):
     """The transaction has ended (or is ending) the other way, or timed out."""
+
+
+class ForbiddenError(EngineError):
+    """The calling principal may not act on this: a transaction another principal began.
+
+    Raised only when a call names a principal (the HTTP server with ``--auth`` does); the
+    embedded API without one is unrestricted.
+    """
 
 
 class FencedError(EngineError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -126,6 +126,8 @@ _STEPS: dict[int, str] = {
     1: _DDL_V1,
     # why a transaction ended (client, timeout, fenced, low_watermark), for operators
     2: "ALTER TABLE txns ADD COLUMN reason TEXT;",
+    # the principal that began a transaction (HTTP auth); NULL: unowned (embedded, no auth)
+    3: "ALTER TABLE txns ADD COLUMN owner TEXT;",
 }
 
 

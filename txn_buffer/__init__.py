@@ -12,6 +12,7 @@ from ._coordinator import (
     PendingAck,
     TxnInfo,
     TxnRecord,
+    scoped_name,
 )
 from ._state import TxnState
 from ._topic import ProducerState, Topic
@@ -32,4 +33,5 @@ __all__ = [
     "TxnInfo",
     "TxnRecord",
     "TxnState",
+    "scoped_name",
 ]

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from ._auth import auth_app
 from ._consume import consume
 from ._produce import produce
 from ._serve import serve
@@ -41,6 +42,7 @@ app.command()(serve)
 app.command()(produce)
 app.command()(consume)
 app.add_typer(drill_app, name="drill", help="Recovery drills (replay, crash, snapshot).")
+app.add_typer(auth_app, name="auth")
 
 
 def version() -> str:

@@ -26,6 +26,16 @@ UrlOption = Annotated[
         "--url", envvar="TXNSTREAM_URL", metavar="URL", help="Server URL.", show_envvar=True
     ),
 ]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="TXNSTREAM_TOKEN",
+        metavar="TOKEN",
+        show_envvar=True,
+        help="Bearer token for a server run with --auth.",
+    ),
+]
 # A flag: no value after it (typer's rich help would print "<bool>" for it, which read
 # as if it took one; the app uses click's plain help, which shows flags bare).
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
@@ -70,6 +80,8 @@ def describe(exc: TxnStreamHttpError | TxnStreamTransportError) -> str:
         return exc.message
     if exc.code == "unknown":  # not the contract's error envelope
         return f"HTTP {exc.status}: {exc.message}"
+    if exc.status == 401:
+        return f"{exc.message} (unauthorized, HTTP 401): pass --token or set TXNSTREAM_TOKEN"
     return f"{exc.message} ({exc.code}, HTTP {exc.status})"
 
 
@@ -81,10 +93,11 @@ def retriable(exc: Exception) -> bool:
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Client]:
-    """A :class:`Client` of ``url``; an error answer or no answer prints it and exits 1."""
+def connect(url: str, token: str | None = None) -> Iterator[Client]:
+    """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
+    it and exits 1."""
     try:
-        with Client(url) as client:
+        with Client(url, token=token or None) as client:
             yield client
     except (TxnStreamTransportError, TxnStreamHttpError) as exc:
         fail(describe(exc))

@@ -34,6 +34,7 @@ from ._common import (
     Backoff,
     FormatOption,
     JsonOption,
+    TokenOption,
     TopicArg,
     UrlOption,
     connect,
@@ -308,6 +309,7 @@ def consume(
     ] = False,
     no_ack: Annotated[bool, typer.Option("--no-ack", help="Do not acknowledge.")] = False,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -334,7 +336,7 @@ def consume(
             usage(f"{', '.join(given)} need a subscription (--from reads without one)")
     printer = Printer.of(topic, as_json, fmt)
     limit = max_messages if max_messages is not None else (None if follow else 100)
-    with connect(url) as client:
+    with connect(url, token) as client:
         if start is not None:
             reader = _Reader(client, topic, printer, limit, follow, isolation or ISOLATIONS[0])
             _from_position(reader, start, wait_ms)

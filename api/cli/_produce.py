@@ -23,6 +23,7 @@ from ._common import (
     DEFAULT_URL,
     FormatOption,
     JsonOption,
+    TokenOption,
     TopicArg,
     UrlOption,
     connect,
@@ -173,6 +174,7 @@ def produce(
         typer.Option(min=1, max=10_000, metavar="N", help="At most this many lines per request."),
     ] = 100,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -212,7 +214,7 @@ def produce(
 
     positions: list[str] = []
     duplicate = False
-    with connect(url) as client:
+    with connect(url, token) as client:
         for batch in batches:
             data = client.produce(topic, batch, txn=txn, producer=producer, sequence=sequence)
             if sequence is not None:

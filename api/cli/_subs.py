@@ -25,6 +25,7 @@ from ._common import (
     FormatOption,
     JsonOption,
     SubArg,
+    TokenOption,
     TopicArg,
     UrlOption,
     connect,
@@ -60,10 +61,15 @@ def _sub_line(name: str, sub: dict[str, Any]) -> str:
 
 
 @sub_app.command("list")
-def sub_list(topic: TopicArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def sub_list(
+    topic: TopicArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """List the subscriptions of TOPIC: name, type, isolation, backlog, mark-delete
     position, consumers."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         subs = client.list_subscriptions(topic)
     if as_json:
         print_json({"topic": topic, "subscriptions": subs})
@@ -87,13 +93,14 @@ def sub_create(
         str, typer.Option(metavar="LEVEL", help="read_committed or read_uncommitted.")
     ] = "read_committed",
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create subscription SUB of TOPIC (no error if it exists alike; 409 if it differs)."""
     choice(sub_type, "--type", SUB_TYPES)
     choice(initial_position, "--initial-position", ("earliest", "latest"))
     choice(isolation, "--isolation", ISOLATIONS)
-    with connect(url) as client:
+    with connect(url, token) as client:
         created = client.create_subscription(
             topic, sub, type=sub_type, initial_position=initial_position, isolation=isolation
         )
@@ -107,10 +114,14 @@ def sub_create(
 
 @sub_app.command("delete")
 def sub_delete(
-    topic: TopicArg, sub: SubArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
+    topic: TopicArg,
+    sub: SubArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete subscription SUB of TOPIC with its cursor."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         client.delete_subscription(topic, sub)
     if as_json:
         print_json({"topic": topic, "subscription": sub, "deleted": True})
@@ -124,12 +135,13 @@ def sub_seek(
     sub: SubArg,
     position: Annotated[str, typer.Argument(metavar="POSITION", help="L:E, earliest or latest.")],
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Move SUB's cursor: everything before POSITION counts as acknowledged, everything
     from it on is delivered again."""
     target = parse_position(position, option="POSITION", names=("earliest", "latest"))
-    with connect(url) as client:
+    with connect(url, token) as client:
         client.seek(topic, sub, target)
         mark = client.list_subscriptions(topic).get(sub, {}).get("mark_delete")
     if as_json:
@@ -146,6 +158,7 @@ def sub_peek(
         int, typer.Option("--max", min=1, max=10_000, metavar="N", help="Show at most this many.")
     ] = 10,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -156,7 +169,7 @@ def sub_peek(
     """
     printer = Printer.of(topic, as_json, fmt)
     shown = 0
-    with connect(url) as client:
+    with connect(url, token) as client:
         settings = client.list_subscriptions(topic).get(sub)
         if settings is None:
             fail(f"subscription {sub} of topic {topic} does not exist (not_found)")

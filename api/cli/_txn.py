@@ -10,6 +10,7 @@ import typer
 from ._common import (
     DEFAULT_URL,
     JsonOption,
+    TokenOption,
     TxnArg,
     UrlOption,
     connect,
@@ -41,6 +42,8 @@ def _show_txn(data: dict[str, Any]) -> None:
     typer.echo(f"topics: {', '.join(data.get('topics') or []) or '-'}")
     if data.get("fenced"):
         typer.echo("fenced: yes")
+    if data.get("owner"):
+        typer.echo(f"owner: {data['owner']}")
     if data.get("timeout_ms") is not None:
         typer.echo(f"timeout_ms: {data.get('timeout_ms')}")
     if data.get("created_at"):
@@ -63,10 +66,11 @@ def txn_begin(
         str | None, typer.Option(metavar="ID", help="Fences any open transaction with the same id.")
     ] = None,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Begin a transaction and print its id."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.begin(timeout_ms=timeout_ms, label=label, transactional_id=transactional_id)
     if as_json:
         print_json(data)
@@ -82,23 +86,38 @@ def _show_end(data: dict[str, Any], as_json: bool) -> None:
 
 
 @txn_app.command("commit")
-def txn_commit(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_commit(
+    txn: TxnArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Commit transaction TXN (its messages become visible)."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         _show_end(client.commit(txn), as_json)
 
 
 @txn_app.command("abort")
-def txn_abort(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_abort(
+    txn: TxnArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Abort transaction TXN (its messages are dropped)."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         _show_end(client.abort(txn), as_json)
 
 
 @txn_app.command("show")
-def txn_show(txn: TxnArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def txn_show(
+    txn: TxnArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Show transaction TXN."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.get_transaction(txn)
     if as_json:
         print_json(data)
@@ -122,13 +141,14 @@ def txn_list(
         ),
     ] = None,
     url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List transactions, oldest first: id, state, age, deadline, label, topics."""
     older_than_ms = (
         None if older_than is None else parse_duration_ms(older_than, option="--older-than")
     )
-    with connect(url) as client:
+    with connect(url, token) as client:
         items = client.list_transactions(
             state=state, label_prefix=label_prefix, older_than_ms=older_than_ms
         )

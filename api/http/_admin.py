@@ -12,7 +12,7 @@ from api import TopicNotFoundError
 
 from ._json import ok
 from ._params import engine_of
-from ._schemas import HealthResponse
+from ._schemas import ErrorResponse, HealthResponse
 
 router = APIRouter(tags=["admin"])
 
@@ -26,7 +26,11 @@ async def health() -> Response:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        401: {"model": ErrorResponse, "description": "No or unknown token (`unauthorized`)."},
+        403: {"model": ErrorResponse, "description": "Not an admin (`forbidden`)."},
+    },
 )
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition: engine counters plus per-topic gauges."""
@@ -38,4 +42,7 @@ async def metrics(request: Request) -> Response:
         except TopicNotFoundError:
             continue
     body, content_type = engine.metrics.render(snapshots, time.time())
+    access = getattr(request.app.state, "access", None)
+    if access is not None:  # refused requests (auth, Host, Origin): the HTTP layer's count
+        body += access.refusals.render()
     return Response(body, media_type=content_type)

@@ -5,6 +5,9 @@ The app never opens or closes the engine: tests hand it an open one (httpx's
 The engine and the :class:`Drain` live on ``app.state``; each resource is an
 ``APIRouter`` of its own module, whose routes the app serves in the order of the
 OpenAPI document.
+
+Middleware, outermost first: the Host/Origin guard, CORS (only with ``cors_origins``),
+authentication (only with ``auth``), then the edge (body limit, request id).
 """
 
 from __future__ import annotations
@@ -13,20 +16,27 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.middleware.cors import CORSMiddleware
 
 from api import Engine
 
 from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
+from ._access import AccessPolicy, GuardMiddleware
+from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 
 _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
 
 
-def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
+def create_app(
+    engine: Engine, *, drain: Drain | None = None, access: AccessPolicy | None = None
+) -> FastAPI:
     """The FastAPI app serving HTTP_API.md over ``engine``, which must already be open.
 
-    ``drain`` lets the server owner end pending long polls at shutdown.
+    ``drain`` lets the server owner end pending long polls at shutdown; ``access`` sets
+    tokens, the Host rule and allowed cross-site origins (default: no tokens, no Host
+    rule, no cross-site origin).
     """
     app = FastAPI(
         title="txnstream",
@@ -41,8 +51,25 @@ def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
     app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
+    _install_access(app, access or AccessPolicy())
     _install_openapi(app)
     return app
+
+
+def _install_access(app: FastAPI, access: AccessPolicy) -> None:
+    """Add the access middleware outside the edge (each ``add_middleware`` wraps the last)."""
+    app.state.access = access
+    if access.auth is not None:
+        app.add_middleware(AuthMiddleware, authenticator=access.auth, refusals=access.refusals)
+    if access.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=["*"] if "*" in access.cors_origins else list(access.cors_origins),
+            allow_methods=["GET", "PUT", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Request-Id"],
+        )
+    app.add_middleware(GuardMiddleware, policy=access)
 
 
 def _install_openapi(app: FastAPI) -> None:
@@ -54,7 +81,13 @@ def _install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 summary=app.summary,
-                description="The txnstream HTTP API, version 1 (shared/HTTP_API.md).",
+                description=(
+                    "The txnstream HTTP API, version 1 (shared/HTTP_API.md). A server run with"
+                    " `--auth` wants `Authorization: Bearer <token>` on every request but"
+                    " `GET /v1/health`: 401 `unauthorized` without a known token, 403"
+                    " `forbidden` without the permission (a grant on the topic, the"
+                    " transaction's owner, admin for `/metrics`)."
+                ),
                 routes=app.routes,
             )
             for path_item in schema.get("paths", {}).values():
@@ -63,7 +96,20 @@ def _install_openapi(app: FastAPI) -> None:
             components = schema.get("components", {}).get("schemas", {})
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
+            if app.state.access.auth is not None:
+                _document_bearer(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_bearer(schema: dict[str, Any]) -> None:
+    """Say in the OpenAPI document that every operation but health takes a bearer token."""
+    schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+    for path, path_item in schema.get("paths", {}).items():
+        if path == "/v1/health":
+            continue
+        for operation in path_item.values():
+            operation["security"] = [{"bearer": []}]

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from api import InvalidArgumentError
 
+from ._auth import principal_of
 from ._edge import NONFINITE_KEY
 from ._errors import responses
 from ._json import ok, outgoing
@@ -33,6 +34,11 @@ async def produce(topic: TopicName, body: ProduceRequest, request: Request) -> R
     max_message_bytes = engine.config.max_message_bytes
     messages = [outgoing(m, max_message_bytes) for m in body.messages]
     result = await engine.produce(
-        topic, messages, txn=body.txn, producer=body.producer, sequence=body.sequence
+        topic,
+        messages,
+        txn=body.txn,
+        producer=body.producer,
+        sequence=body.sequence,
+        principal=principal_of(request),
     )
     return ok({"positions": [str(p) for p in result.positions], "duplicate": result.duplicate})

@@ -263,6 +263,9 @@ class TxnResponse(BaseModel):
     reason: Literal["client", "timeout", "fenced", "low_watermark"] | None = Field(
         None, description="Once ended: why (its client, its timeout, fencing, low watermark)."
     )
+    owner: str | None = Field(
+        None, description="The principal that began it (with `serve --auth`), else null."
+    )
 
 
 class TxnListResponse(BaseModel):

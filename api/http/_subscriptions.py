@@ -16,6 +16,7 @@ from fastapi.responses import Response
 
 from api import Engine, Position
 
+from ._auth import principal_of
 from ._edge import Drain
 from ._errors import responses
 from ._json import message_json, ok
@@ -107,7 +108,14 @@ async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request
     """Acknowledge positions (cumulatively, or within a transaction)."""
     engine = engine_of(request)
     positions = [Position.parse(p) for p in body.positions]
-    await engine.ack(topic, sub, positions, cumulative=body.cumulative, txn=body.txn)
+    await engine.ack(
+        topic,
+        sub,
+        positions,
+        cumulative=body.cumulative,
+        txn=body.txn,
+        principal=principal_of(request),
+    )
     return ok({"acked": len(positions)})
 
 

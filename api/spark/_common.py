@@ -148,6 +148,7 @@ class SourceOptions:
     txn_timeout_ms: int
     write_batch: int
     value_format: str
+    token: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -221,6 +222,7 @@ class SourceOptions:
             ),
             write_batch=_int_option(options, "writebatchsize", DEFAULT_WRITE_BATCH, 1, 10_000),
             value_format=value_format,
+            token=options.get("token") or None,
         )
 
     @property

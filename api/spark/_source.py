@@ -21,17 +21,19 @@ its JSON text), ``value_json`` string (the JSON text of a non-bytes value, else 
 ``properties`` map<string,string>, ``txn`` string (``"txn-<n>"`` or null), and
 ``publish_time`` timestamp. Options: ``url`` or ``path`` (exactly one), ``topic``,
 ``startingPosition`` (inclusive; ``earliest`` default, ``latest`` or ``"L:E"``),
-``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position,
-or ``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed``
-default; ``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
+``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position, or
+``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed`` default;
+``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
 included), ``maxEntriesPerPartition`` (200000), ``fetchSize`` (url, 10000),
 ``maxEntriesPerTrigger`` (streaming; counts log entries, markers included), ``timeout``
-(HTTP seconds). Input partitions are whole ledgers or bounded ranges of a large ledger,
-consecutive small ledgers grouped up to ``maxEntriesPerPartition`` entries (over HTTP
-by the topic's average ledger size); each task reads its range and drops aborted data
-using the aborted list of its own range (path: the aborted-transaction index, not even
-looked up when no ledger from the range on has ``has_aborts``; url: each fetch answer's
-``aborted``), yielding Arrow record batches, never buffering a transaction.
+(HTTP seconds), ``token`` (url: the bearer token for a server run with ``--auth``; it
+needs ``consume`` on the topic to read, ``produce`` to write). Input partitions are
+whole ledgers or bounded ranges of a large ledger, consecutive small ledgers grouped up
+to ``maxEntriesPerPartition`` entries (over HTTP by the topic's average ledger size);
+each task reads its range and drops aborted data using the aborted list of its own range
+(path: the aborted-transaction index, not even looked up when no ledger from the range
+on has ``has_aborts``; url: each fetch answer's ``aborted``), yielding Arrow record
+batches, never buffering a transaction.
 
 Streaming offsets are ``{"next": "L:E"}``: everything before ``next`` was covered.
 ``latestOffset`` is just after the topic's stable position, so a micro-batch never
@@ -83,9 +85,8 @@ from ._common import (
     parse_position,
     position_of,
 )
-from ._http_client import HttpClient
 from ._path import LedgerRange, committed_reader, read_range, split_window
-from ._url import read_window, split_ledgers
+from ._url import ServerClient, read_window, split_ledgers
 from ._writers import TxnStreamStreamWriter, TxnStreamWriter, check_write
 
 try:  # PySpark >= 4.2
@@ -196,7 +197,7 @@ class _Planner:
                 view.max_read_position if opts.isolation == READ_COMMITTED else view.last_confirmed
             )
             return view.first, limit
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.limits(opts.isolation)
 
     def partitions(self, window: Window) -> list[TxnStreamPartition]:
@@ -204,7 +205,7 @@ class _Planner:
         if window.empty:
             return []
         if opts.url is not None:
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 first, _ = client.limits(opts.isolation)
                 average = client.entries_per_ledger()
             if first is not None and window.start < first:  # retention trimmed the head
@@ -232,7 +233,7 @@ class _Planner:
             return  # Spark's placeholder partition of an empty read
         if partition.window is not None:
             start, end = (Position.parse(p) for p in partition.window)
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 yield from read_window(client, Window(start, end), opts.isolation, opts.fetch_size)
             return
         assert opts.path is not None
@@ -318,7 +319,7 @@ class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             with committed_reader(opts.path) as reader:
                 nth = reader.nth_position(reader.topic_id(opts.topic), start, count)
             return nth if nth is not None else Position(2**62, 0)
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.position_after(start, count, opts.isolation)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
