@@ -46,7 +46,7 @@ from ._core import EngineState, Health, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._replay_check import TopicReplay, replay_check
-from ._stats import TopicStats
+from ._stats import RecoverySummary, TopicStats
 
 __all__ = [
     "AbortedTxnRange",
@@ -79,6 +79,7 @@ __all__ = [
     "OutgoingMessage",
     "Position",
     "ProduceResult",
+    "RecoverySummary",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

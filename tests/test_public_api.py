@@ -62,6 +62,7 @@ DOCUMENTED_API = [
     "OutgoingMessage",
     "Position",
     "ProduceResult",
+    "RecoverySummary",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

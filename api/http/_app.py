@@ -19,6 +19,7 @@ from api import Engine
 from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
+from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
 _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
 
@@ -41,6 +42,9 @@ def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
     app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
+    # Outermost (added last): counts what the inner middlewares answer too.
+    app.state.http_metrics = http_metrics = HttpMetrics()
+    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics, routes=app.routes)
     _install_openapi(app)
     return app
 

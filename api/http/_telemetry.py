@@ -1,0 +1,122 @@
+"""HTTP request metrics: ``txnstream_http_requests_total{method,route,status}`` and a
+latency histogram, labelled by route template (``/v1/topics/{topic}/stats``), never by
+raw path, so a scrape stays small however many topics there are.
+
+``HttpMetricsMiddleware`` is the outermost middleware: it also counts what the inner
+middlewares answer themselves (413 from the edge, 401/403 from auth). Those answers never
+reach the router, so the route is found by matching the app's routes afterwards; a path
+no route matches is ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.routing import BaseRoute, Match
+
+from ._edge import ASGIApp, Message, Receive, Scope, Send
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"
+
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+"""Up to 30 s: a long-poll receive waits up to ``wait_ms`` = 30000."""
+
+
+class HttpMetrics:
+    """The HTTP server's own registry: request counts and latencies."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "txnstream_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "txnstream_http_request_duration_seconds",
+            "Time from request to the end of the response, by method and route template"
+            " (long polls included: see the route).",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request."""
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:  # labels() takes a lock and builds a tuple: once per key
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.duration.labels(method, route),
+            )
+            self._children[key] = children
+        counter, histogram = children
+        counter.inc()
+        histogram.observe(seconds)
+
+
+class HttpMetricsMiddleware:
+    """Times and counts every HTTP request (pure ASGI, a few microseconds)."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.metrics.observe(
+                method,
+                self._route(scope),
+                status or 500,
+                time.perf_counter() - started,
+            )
+
+    def _route(self, scope: Scope) -> str:
+        route = scope.get("route")
+        if route is not None:
+            path: str = getattr(route, "path", UNMATCHED)
+            return path
+        for candidate in self.routes:
+            match, _ = candidate.matches(scope)
+            if match is not Match.NONE:
+                return str(getattr(candidate, "path", UNMATCHED))
+        return UNMATCHED
