@@ -21,6 +21,7 @@ import typer
 from api import Engine, EngineConfig
 
 from ._common import fail
+from ._logging import log_config, startup_banner
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,11 +34,12 @@ log = logging.getLogger("txnstream.cli")
 class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
-    def __init__(self, data: Path, durability: str) -> None:
+    def __init__(self, data: Path, durability: str, url: str = "") -> None:
         from api.http import Drain
 
         self.data = data
         self.durability = durability
+        self.url = url
         self.drain = Drain()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -68,7 +70,8 @@ class _ServedApp:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(self._engine, drain=self.drain)
-                log.info("engine open at %s", self.data)
+                banner, fields = startup_banner(self._engine, self.url)
+                log.info("%s", banner, extra=fields)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.drain.start()
@@ -86,11 +89,17 @@ def make_server(
     *,
     log_level: str = "info",
     durability: str = "full",
+    log_config: dict[str, Any] | None = None,
 ) -> Any:
-    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread)."""
+    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
+
+    ``log_config`` (see :func:`log_config`) replaces uvicorn's own logging setup; without
+    it the process's logging is left as it is.
+    """
     import uvicorn
 
-    served = _ServedApp(data, durability)
+    shown_host = f"[{host}]" if ":" in host else host
+    served = _ServedApp(data, durability, f"http://{shown_host}:{port}")
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -103,7 +112,8 @@ def make_server(
         port=port,
         lifespan="on",
         log_level=log_level,
-        access_log=False,
+        log_config=log_config,
+        access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
         timeout_keep_alive=30,
     )
@@ -122,6 +132,12 @@ def serve(
     durability: Annotated[
         str, typer.Option(help="full (survives power loss) or normal (survives kill -9).")
     ] = "full",
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log one line per HTTP request.")
+    ] = False,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text, or json (one object per line).")
+    ] = "text",
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT)."""
     if durability not in ("full", "normal"):
@@ -129,11 +145,10 @@ def serve(
     level = log_level.lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         fail("--log-level must be one of critical, error, warning, info, debug")
-    server = make_server(data, host, port, log_level=level, durability=durability)
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    if log_format not in ("text", "json"):
+        fail("--log-format must be 'text' or 'json'")
+    logs = log_config(level, "json" if log_format == "json" else "text", access_log)
+    server = make_server(data, host, port, log_level=level, durability=durability, log_config=logs)
     try:
         server.run()
     except KeyboardInterrupt:

@@ -6,10 +6,15 @@ raw path, so a scrape stays small however many topics there are.
 middlewares answer themselves (413 from the edge, 401/403 from auth). Those answers never
 reach the router, so the route is found by matching the app's routes afterwards; a path
 no route matches is ``unmatched``.
+
+It also writes the access log: one line per request on the ``txnstream.access`` logger
+(at INFO; ``serve --access-log`` turns it on), with the client, request line, status,
+duration and request id, which the JSON log format carries as fields too.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +22,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.routing import BaseRoute, Match
 
-from ._edge import ASGIApp, Message, Receive, Scope, Send
+from ._edge import REQUEST_ID_KEY, ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("txnstream.access")
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"
@@ -102,13 +109,12 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
+            seconds = time.perf_counter() - started
             method = scope["method"] if scope["method"] in _METHODS else "other"
-            self.metrics.observe(
-                method,
-                self._route(scope),
-                status or 500,
-                time.perf_counter() - started,
-            )
+            route = self._route(scope)
+            self.metrics.observe(method, route, status or 500, seconds)
+            if access_log.isEnabledFor(logging.INFO):
+                _log_access(scope, route, status, seconds)
 
     def _route(self, scope: Scope) -> str:
         route = scope.get("route")
@@ -120,3 +126,32 @@ class HttpMetricsMiddleware:
             if match is not Match.NONE:
                 return str(getattr(candidate, "path", UNMATCHED))
         return UNMATCHED
+
+
+def _log_access(scope: Scope, route: str, status: int, seconds: float) -> None:
+    client = scope.get("client")
+    peer = f"{client[0]}:{client[1]}" if client else "-"
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    line = target.decode("latin-1")
+    request_id = scope.get(REQUEST_ID_KEY, "-")
+    access_log.info(
+        '%s "%s %s HTTP/%s" %d %.2fms id=%s',
+        peer,
+        scope["method"],
+        line,
+        scope.get("http_version", "1.1"),
+        status,
+        seconds * 1000,
+        request_id,
+        extra={
+            "client": peer,
+            "method": scope["method"],
+            "path": line,
+            "route": route,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 3),
+            "request_id": request_id,
+        },
+    )
