@@ -16,12 +16,12 @@ from fastapi.openapi.utils import get_openapi
 
 from api import Engine
 
-from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
+from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions, _ui
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
-_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
+_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _ui)
 
 
 def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
