@@ -1,10 +1,12 @@
-"""The app factory: ``create_app(engine)`` serves ``shared/HTTP_API.md`` over an open Engine.
+"""The app factory: ``create_app(engine)`` serves the HTTP API (``docs/http-api.md``) over an
+open Engine, with its docs and the web console.
 
 The app never opens or closes the engine: tests hand it an open one (httpx's
 ``ASGITransport`` sends no lifespan) and ``txnstream serve`` opens it in its lifespan.
 The engine and the :class:`Drain` live on ``app.state``; each resource is an
 ``APIRouter`` of its own module, whose routes the app serves in the order of the
-OpenAPI document.
+OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets from the
+``fastapi-offline`` package, so they work without internet access.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 
 from api import Engine
 
@@ -25,11 +28,11 @@ _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _
 
 
 def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
-    """The FastAPI app serving HTTP_API.md over ``engine``, which must already be open.
+    """The FastAPI app serving the HTTP API over ``engine``, which must already be open.
 
     ``drain`` lets the server owner end pending long polls at shutdown.
     """
-    app = FastAPI(
+    app = FastAPIOffline(
         title="txnstream",
         version="1",
         summary="Pulsar-style transactional topics over HTTP.",
@@ -49,8 +52,19 @@ def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
     return app
 
 
+DESCRIPTION = """The txnstream HTTP API, version 1: transactional topics with read-committed
+delivery. The contract, with its precise rules, is `docs/http-api.md` in the txnstream
+repository; every body below has an example.
+
+Positions are strings `"L:E"` (ledger id, entry id). Errors are
+`{"error": {"code", "message"}}` with a 4xx/5xx status. The web console is at
+[`/ui`](/ui), Prometheus metrics at [`/metrics`](/metrics).
+"""
+
+
 def _install_openapi(app: FastAPI) -> None:
-    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400)."""
+    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400), with an
+    example on every request and response body."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -58,7 +72,7 @@ def _install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 summary=app.summary,
-                description="The txnstream HTTP API, version 1 (shared/HTTP_API.md).",
+                description=DESCRIPTION,
                 routes=app.routes,
             )
             for path_item in schema.get("paths", {}).values():
@@ -67,7 +81,42 @@ def _install_openapi(app: FastAPI) -> None:
             components = schema.get("components", {}).get("schemas", {})
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
+            _add_body_examples(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _add_body_examples(schema: dict[str, Any]) -> None:
+    """Give every request and response body the first example of its model.
+
+    The models carry ``examples`` in their JSON schema; Swagger UI shows a body's
+    ``example`` most reliably when it sits on the media type, also for optional bodies
+    (``anyOf`` the model and null).
+    """
+    components = schema.get("components", {}).get("schemas", {})
+
+    def first_example(node: dict[str, Any]) -> Any:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            node = components.get(ref.rsplit("/", 1)[-1], {})
+        examples = node.get("examples")
+        if isinstance(examples, list) and examples:
+            return examples[0]
+        for option in node.get("anyOf", ()):
+            found = first_example(option)
+            if found is not None:
+                return found
+        return None
+
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    if "example" in media or "examples" in media:
+                        continue
+                    example = first_example(media.get("schema", {}))
+                    if example is not None:
+                        media["example"] = example

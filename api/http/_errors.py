@@ -84,9 +84,29 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         503: "The engine is closed or failed (`unavailable`).",
     }
     return {
-        status: {"model": ErrorResponse, "description": text[status]}
+        status: {
+            "model": ErrorResponse,
+            "description": text[status],
+            "content": {"application/json": {"example": _ERROR_EXAMPLES[status]}},
+        }
         for status in (400, *statuses, 503)
     }
+
+
+_ERROR_EXAMPLES = {
+    status: {"error": {"code": code, "message": message}}
+    for status, code, message in [
+        (
+            400,
+            "invalid_request",
+            "messages.0: each message needs exactly one of 'value' and 'value_b64'",
+        ),
+        (404, "not_found", "topic 'orders' not found"),
+        (409, "txn_not_open", "transaction txn-17 is not open: it timed out (aborted)"),
+        (413, "too_large", "message value of 6291456 bytes exceeds the limit of 5242880 bytes"),
+        (503, "unavailable", "the engine is closed"),
+    ]
+}
 
 
 def _request_id(request: Request) -> str:

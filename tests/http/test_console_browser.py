@@ -211,3 +211,25 @@ def test_the_console_sends_the_operators_token_and_asks_for_one_when_refused(
 
         page.get_by_role("button", name="Forget").click()
         expect(page.locator("#status")).to_have_text("token needed")
+
+
+def test_api_docs_render_without_internet(page: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    elsewhere: list[str] = []
+
+    def only_this_server(route: Any) -> None:
+        if route.request.url.startswith(base):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    with running_server(tmp_path / "data") as base:
+        page.route("**/*", only_this_server)
+        page.goto(f"{base}/docs")
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("txnstream")
+        expect(page.locator(".opblock-summary-path").first).to_be_visible()
+        expect(page.get_by_text("/v1/topics/{topic}/messages").first).to_be_visible()
+        shot(page, "docs")
+    assert elsewhere == []
