@@ -14,12 +14,14 @@ duration and request id, which the JSON log format carries as fields too.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
 
 from ._edge import REQUEST_ID_KEY, ASGIApp, Message, Receive, Scope, Send
@@ -49,40 +51,55 @@ LATENCY_BUCKETS = (
 """Up to 30 s: a long-poll receive waits up to ``wait_ms`` = 30000."""
 
 
-class HttpMetrics:
-    """The HTTP server's own registry: request counts and latencies."""
+class HttpMetrics(Collector):
+    """The HTTP server's own registry: request counts and latencies.
+
+    Plain counters kept on the event loop (every request is counted there), exposed as
+    prometheus-client metric families at scrape time: cheaper per request than
+    prometheus-client's locked metric objects (about 1 us instead of 9).
+    """
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "txnstream_http_requests",
-            "HTTP requests answered, by method, route template and status.",
-            ["method", "route", "status"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "txnstream_http_request_duration_seconds",
-            "Time from request to the end of the response, by method and route template"
-            " (long polls included: see the route).",
-            ["method", "route"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._requests: dict[tuple[str, str, int], int] = {}
+        self._latency: dict[tuple[str, str], list[float]] = {}
+        """Per (method, route): a count per bucket (the last one is +Inf), then the sum."""
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
         key = (method, route, status)
-        children = self._children.get(key)
-        if children is None:  # labels() takes a lock and builds a tuple: once per key
-            children = (
-                self.requests.labels(method, route, str(status)),
-                self.duration.labels(method, route),
-            )
-            self._children[key] = children
-        counter, histogram = children
-        counter.inc()
-        histogram.observe(seconds)
+        self._requests[key] = self._requests.get(key, 0) + 1
+        latency = self._latency.get((method, route))
+        if latency is None:
+            latency = self._latency[(method, route)] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the two families (prometheus-client collector protocol)."""
+        requests = CounterMetricFamily(
+            "txnstream_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            labels=["method", "route", "status"],
+        )
+        for (method, route, status), count in self._requests.items():
+            requests.add_metric([method, route, str(status)], count)
+        duration = HistogramMetricFamily(
+            "txnstream_http_request_duration_seconds",
+            "Time from request to the end of the response, by method and route template"
+            " (long polls included: see the route).",
+            labels=["method", "route"],
+        )
+        bounds = [repr(float(b)) for b in LATENCY_BUCKETS] + ["+Inf"]  # 0.005, 1.0, ...
+        for (method, route), latency in self._latency.items():
+            cumulative, buckets = 0.0, []
+            for bound, hits in zip(bounds, latency[:-1], strict=True):
+                cumulative += hits
+                buckets.append((bound, cumulative))
+            duration.add_metric([method, route], buckets, latency[-1])
+        yield requests
+        yield duration
 
 
 class HttpMetricsMiddleware:

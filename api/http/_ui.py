@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import jinja2
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from api import Engine, NotFoundError, Position, TopicNotFoundError, TopicStats, TxnInfo
 
@@ -151,6 +151,12 @@ async def topics_page(
 ) -> Response:
     """The topics overview (a shell: the table is the live fragment)."""
     return _page(request, "topics.html", "/ui/fragments/topics", page="topics", prefix=prefix)
+
+
+@router.get("/ui/")
+async def topics_page_slash(request: Request) -> Response:
+    """``/ui/`` is ``/ui`` (the app does not redirect slashes by itself)."""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}/ui", status_code=307)
 
 
 @router.get("/ui/topics/{topic}")

@@ -36,6 +36,12 @@ async def test_pages_are_shells_with_a_strict_policy(http: httpx.AsyncClient, pa
     assert "<script>" not in r.text  # no inline script (the policy forbids it)
 
 
+async def test_ui_with_a_slash_is_the_overview(http: httpx.AsyncClient) -> None:
+    r = await http.get("/ui/")
+    assert r.status_code == 307
+    assert r.headers["location"] == "/ui"
+
+
 async def test_the_assets_come_from_the_package_and_nothing_from_elsewhere(
     http: httpx.AsyncClient,
 ) -> None:
