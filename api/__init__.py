@@ -47,7 +47,7 @@ from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._replay_check import TopicReplay, replay_check
-from ._stats import TopicStats
+from ._stats import RecoverySummary, TopicStats
 
 __all__ = [
     "AbortedTxnRange",
@@ -82,6 +82,7 @@ __all__ = [
     "Position",
     "Principal",
     "ProduceResult",
+    "RecoverySummary",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

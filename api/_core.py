@@ -33,6 +33,7 @@ from txn_buffer import Coordinator, Topic, TxnRecord
 
 from ._config import EngineConfig, RetentionPolicy
 from ._metrics import EngineMetrics
+from ._stats import RecoverySummary
 
 PositionsArg = Sequence[Position | str] | Position | str
 
@@ -128,6 +129,8 @@ class EngineCore:
         self.path = Path(path)
         self.config = config or EngineConfig()
         self.metrics = EngineMetrics()
+        self.recovery: RecoverySummary | None = None
+        """What the last open (or in-place recovery) rebuilt; None before the first open."""
         self.state = EngineState.UNOPENED
         self._failure: BaseException | None = None
         self._store: Store | None = None

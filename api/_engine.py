@@ -54,6 +54,7 @@ from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
+from ._stats import summarize_recovery
 
 log = logging.getLogger("txnstream.engine")
 
@@ -84,6 +85,7 @@ class Engine(Producing, TopicAdmin, Consuming):
 
     async def _load(self) -> None:
         """Open the store and rebuild every component from it (recovery)."""
+        started = time.perf_counter()
         store = await Store.open(
             self.path / DB_FILE,
             synchronous="FULL" if self.config.durability == "full" else "NORMAL",
@@ -93,7 +95,7 @@ class Engine(Producing, TopicAdmin, Consuming):
         self._store = store
         try:
             store.on_failure = self._fail
-            store.on_flush = self.metrics.append_batch_size.observe
+            store.on_flush = self.metrics.observe_flush
             loaded = await load_topics(store, self.config)
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
             self._retention = loaded.retention
@@ -110,6 +112,11 @@ class Engine(Producing, TopicAdmin, Consuming):
             await coordinator.load()
             await subscriptions.load({t.topic_id: t for t in self._topics.values()})
             await store.write(reconcile(self._topics, coordinator, subscriptions))
+            self.recovery = summarize_recovery(
+                self._snapshots.values(),
+                len(coordinator.list_txns("open", None, None)),
+                time.perf_counter() - started,
+            )
         except BaseException:
             await store.close()
             raise

@@ -7,6 +7,7 @@ embedded ``Engine.stats()`` returns too, so both surfaces share one shape.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,10 @@ class SubscriptionStats:
     backlog: int
     mark_delete: Position | None
     consumers: list[str]
+    unacked: int = 0
+    """Messages delivered to a consumer and not yet acknowledged."""
+    redeliveries: int = 0
+    """Messages released for redelivery since the engine opened."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape."""
@@ -47,6 +52,8 @@ class SubscriptionStats:
             "backlog": self.backlog,
             "mark_delete": _str(self.mark_delete),
             "consumers": list(self.consumers),
+            "unacked": self.unacked,
+            "redeliveries": self.redeliveries,
         }
 
 
@@ -101,6 +108,29 @@ class BlockingTxn:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverySummary:
+    """What the engine's last open (or in-place recovery) rebuilt, over every topic."""
+
+    topics: int
+    from_snapshot: int
+    """Topics whose buffer started from a snapshot (the rest were replayed in full)."""
+    entries_replayed: int
+    open_txns: int
+    """Transactions open after recovery (they keep their deadlines)."""
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {
+            "topics": self.topics,
+            "from_snapshot": self.from_snapshot,
+            "entries_replayed": self.entries_replayed,
+            "open_txns": self.open_txns,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStats:
     """A topic's positions, transaction-buffer counts, storage and subscriptions."""
 
@@ -113,6 +143,8 @@ class TopicStats:
     aborted_txns: int
     ledgers: int
     entries: int
+    bytes: int
+    """Payload bytes of the retained ledgers (what the entries hold, not the file size)."""
     oldest_open_txn_started_ms: int | None
     blocking_txn: BlockingTxn | None
     snapshot: SnapshotStats | None
@@ -131,6 +163,7 @@ class TopicStats:
             "aborted_txns": self.aborted_txns,
             "ledgers": self.ledgers,
             "entries": self.entries,
+            "bytes": self.bytes,
             "oldest_open_txn_started_at": _iso(self.oldest_open_txn_started_ms),
             "blocking_txn": None if self.blocking_txn is None else self.blocking_txn.as_dict(),
             "snapshot": None if self.snapshot is None else self.snapshot.as_dict(),
@@ -164,6 +197,8 @@ async def topic_stats(
             await sub.backlog(),
             sub.cursor.mark_delete,
             list(sub.consumers),
+            sub.unacked,
+            sub.redeliveries,
         )
     lac, stable = buffer.last_confirmed, buffer.max_read_position
     taken = None
@@ -181,6 +216,7 @@ async def topic_stats(
         aborted_txns=len(buffer.aborted_txns),
         ledgers=len(topic.ledger.ledgers),
         entries=topic.ledger.count_between(None, lac),
+        bytes=sum(info.bytes for info in topic.ledger.ledgers),
         oldest_open_txn_started_ms=oldest_open_txn_started_ms,
         blocking_txn=blocking_txn,
         snapshot=taken,
@@ -190,3 +226,17 @@ async def topic_stats(
         retention=retention,
         subscriptions=subs,
     )
+
+
+def summarize_recovery(
+    states: Iterable[SnapshotState], open_txns: int, seconds: float
+) -> RecoverySummary:
+    """Sum the topics' recovery records into one :class:`RecoverySummary`."""
+    topics = from_snapshot = replayed = 0
+    for state in states:
+        topics += 1
+        info = state.recovery
+        if info is not None:
+            from_snapshot += info.from_snapshot
+            replayed += info.entries_replayed
+    return RecoverySummary(topics, from_snapshot, replayed, open_txns, seconds)

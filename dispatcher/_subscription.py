@@ -130,6 +130,9 @@ class Subscription:
         self._held_keys: set[str | None] = set()
         self._replay: SortedSet = SortedSet()
         self._redelivery: dict[Position, int] = {}
+        self.redeliveries = 0
+        """Messages released for redelivery (nack, detach, abort of a transactional ack)
+        since the engine opened."""
         self._txn_acks: dict[Position, TxnId] = {}
         self._txn_cumulative: dict[TxnId, Position] = {}
         self._lock = asyncio.Lock()
@@ -177,7 +180,7 @@ class Subscription:
         released = [p for p, c in self._pending.items() if c == name]
         for position in released:
             del self._pending[position]
-            self._redelivery[position] = self._redelivery.get(position, 0) + 1
+            self._count_redelivery(position)
             self._replay.add(position)
         self.topic.notify()
 
@@ -469,7 +472,7 @@ class Subscription:
         else:
             for position in held:
                 if not self.cursor.is_acked(position) and position < self.read_position:
-                    self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                    self._count_redelivery(position)
                     self._replay.add(position)
         self.topic.notify()
 
@@ -478,7 +481,7 @@ class Subscription:
         self._check_positions(positions)
         for position in positions:
             if self._pending.pop(position, None) is not None:
-                self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                self._count_redelivery(position)
                 self._replay.add(position)
         self.topic.notify()
 
@@ -512,7 +515,16 @@ class Subscription:
         self.read_position = start
         self.topic.notify()
 
+    def _count_redelivery(self, position: Position) -> None:
+        self._redelivery[position] = self._redelivery.get(position, 0) + 1
+        self.redeliveries += 1
+
     # -- stats ---------------------------------------------------------------------
+
+    @property
+    def unacked(self) -> int:
+        """Messages delivered to a consumer and not yet acknowledged (nor released)."""
+        return len(self._pending)
 
     async def backlog(self) -> int:
         """Deliverable entries at or below the read limit not yet acknowledged."""

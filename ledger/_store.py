@@ -165,7 +165,9 @@ class Store:
         self._closed = False
         self.failure: BaseException | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
-        self.on_flush: Callable[[int], None] | None = None
+        self.on_flush: Callable[[int, float], None] | None = None
+        """Called after each flush with its entry count and its duration in seconds
+        (the SQLite transaction, fsync included)."""
         self._task: asyncio.Task[None] | None = None
         self._lock: DirectoryLock | None = None
 
@@ -310,11 +312,13 @@ class Store:
                 self._linger_handle = None
             taken, self._queue = self._queue, []
             entries = sum(batch.entries for batch, _ in taken)
+            started = time.perf_counter()
             try:
                 await self._flush([batch for batch, _ in taken])
             except Exception as exc:  # noqa: BLE001 - any failure fails the store
                 self._fail(exc, taken)
                 return
+            seconds = time.perf_counter() - started
             self._queued_entries -= entries
             for batch, _ in taken:
                 for callback in batch._callbacks:
@@ -327,7 +331,7 @@ class Store:
                 if future is not None and not future.done():
                     future.set_result(None)
             if self.on_flush is not None:
-                self.on_flush(entries)
+                self.on_flush(entries, seconds)
             if not self._queue:
                 self._drained.set()
 

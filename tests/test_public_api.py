@@ -64,6 +64,7 @@ DOCUMENTED_API = [
     "Position",
     "Principal",
     "ProduceResult",
+    "RecoverySummary",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

@@ -30,6 +30,7 @@ import typer
 from api import Engine, EngineConfig
 
 from ._common import fail
+from ._logging import log_config, startup_banner
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -44,12 +45,15 @@ log = logging.getLogger("txnstream.cli")
 class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
-    def __init__(self, data: Path, durability: str, access: AccessPolicy | None = None) -> None:
+    def __init__(
+        self, data: Path, durability: str, access: AccessPolicy | None = None, url: str = ""
+    ) -> None:
         from api.http import Drain
 
         self.data = data
         self.durability = durability
         self.access = access
+        self.url = url
         self.drain = Drain()
         self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
@@ -82,7 +86,8 @@ class _ServedApp:
                     return
                 self._app = create_app(self._engine, drain=self.drain, access=self.access)
                 self._watch_sighup(True)
-                log.info("engine open at %s", self.data)
+                banner, fields = startup_banner(self._engine, self.url)
+                log.info("%s", banner, extra=fields)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self._watch_sighup(False)
@@ -155,17 +160,22 @@ def make_server(
     access: AccessPolicy | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    log_config: dict[str, Any] | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
     ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
-    and ``tls_key`` (PEM files) serve HTTPS.
+    and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
+    replaces uvicorn's own logging setup; without it the process's logging is left as
+    it is.
     """
     import uvicorn
 
     if access is None:
         access = access_policy(host)
-    served = _ServedApp(data, durability, access)
+    shown_host = f"[{host}]" if ":" in host else host
+    scheme = "https" if tls_cert is not None else "http"
+    served = _ServedApp(data, durability, access, f"{scheme}://{shown_host}:{port}")
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -178,7 +188,8 @@ def make_server(
         port=port,
         lifespan="on",
         log_level=log_level,
-        access_log=False,
+        log_config=log_config,
+        access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
         timeout_keep_alive=30,
         ssl_certfile=None if tls_cert is None else str(tls_cert),
@@ -224,6 +235,12 @@ def serve(
         Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
     ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log one line per HTTP request.")
+    ] = False,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text, or json (one object per line).")
+    ] = "text",
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT)."""
     if durability not in ("full", "normal"):
@@ -245,6 +262,9 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc), 2)
+    if log_format not in ("text", "json"):
+        fail("--log-format must be 'text' or 'json'")
+    logs = log_config(level, "json" if log_format == "json" else "text", access_log)
     server = make_server(
         data,
         host,
@@ -254,11 +274,8 @@ def serve(
         access=access,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        log_config=logs,
     )
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("aiosqlite").setLevel(logging.INFO)
     if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
         log.warning("serving %s without authentication (--insecure)", host)
     elif access.auth is not None:

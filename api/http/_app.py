@@ -1,13 +1,16 @@
-"""The app factory: ``create_app(engine)`` serves ``shared/HTTP_API.md`` over an open Engine.
+"""The app factory: ``create_app(engine)`` serves the HTTP API (``docs/http-api.md``) over an
+open Engine, with its docs and the web console.
 
 The app never opens or closes the engine: tests hand it an open one (httpx's
 ``ASGITransport`` sends no lifespan) and ``txnstream serve`` opens it in its lifespan.
 The engine and the :class:`Drain` live on ``app.state``; each resource is an
 ``APIRouter`` of its own module, whose routes the app serves in the order of the
-OpenAPI document.
+OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets from the
+``fastapi-offline`` package, so they work without internet access.
 
-Middleware, outermost first: the Host/Origin guard, CORS (only with ``cors_origins``),
-authentication (only with ``auth``), then the edge (body limit, request id).
+Middleware, outermost first: HTTP metrics, the Host/Origin guard, CORS (only with
+``cors_origins``), authentication (only with ``auth``), then the edge (body limit,
+request id).
 """
 
 from __future__ import annotations
@@ -16,29 +19,31 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 
 from api import Engine
 
-from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
+from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions, _ui
 from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
+from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
-_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
+_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _ui)
 
 
 def create_app(
     engine: Engine, *, drain: Drain | None = None, access: AccessPolicy | None = None
 ) -> FastAPI:
-    """The FastAPI app serving HTTP_API.md over ``engine``, which must already be open.
+    """The FastAPI app serving the HTTP API over ``engine``, which must already be open.
 
     ``drain`` lets the server owner end pending long polls at shutdown; ``access`` sets
     tokens, the Host rule and allowed cross-site origins (default: no tokens, no Host
     rule, no cross-site origin).
     """
-    app = FastAPI(
+    app = FastAPIOffline(
         title="txnstream",
         version="1",
         summary="Pulsar-style transactional topics over HTTP.",
@@ -52,6 +57,9 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
     _install_access(app, access or AccessPolicy())
+    # Outermost (added last): counts what the inner middlewares answer too.
+    app.state.http_metrics = http_metrics = HttpMetrics()
+    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics, routes=app.routes)
     _install_openapi(app)
     return app
 
@@ -72,8 +80,23 @@ def _install_access(app: FastAPI, access: AccessPolicy) -> None:
     app.add_middleware(GuardMiddleware, policy=access)
 
 
+DESCRIPTION = """The txnstream HTTP API, version 1: transactional topics with read-committed
+delivery. The contract, with its precise rules, is `docs/http-api.md` in the txnstream
+repository; every body below has an example.
+
+Positions are strings `"L:E"` (ledger id, entry id). Errors are
+`{"error": {"code", "message"}}` with a 4xx/5xx status. The web console is at
+[`/ui`](/ui), Prometheus metrics at [`/metrics`](/metrics).
+
+A server run with `--auth` wants `Authorization: Bearer <token>` on every request but
+`GET /v1/health`: 401 `unauthorized` without a known token, 403 `forbidden` without the
+permission (a grant on the topic, the transaction's owner, admin for `/metrics`).
+"""
+
+
 def _install_openapi(app: FastAPI) -> None:
-    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400)."""
+    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400), with an
+    example on every request and response body."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -81,13 +104,7 @@ def _install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 summary=app.summary,
-                description=(
-                    "The txnstream HTTP API, version 1 (shared/HTTP_API.md). A server run with"
-                    " `--auth` wants `Authorization: Bearer <token>` on every request but"
-                    " `GET /v1/health`: 401 `unauthorized` without a known token, 403"
-                    " `forbidden` without the permission (a grant on the topic, the"
-                    " transaction's owner, admin for `/metrics`)."
-                ),
+                description=DESCRIPTION,
                 routes=app.routes,
             )
             for path_item in schema.get("paths", {}).values():
@@ -98,6 +115,7 @@ def _install_openapi(app: FastAPI) -> None:
             components.pop("ValidationError", None)
             if app.state.access.auth is not None:
                 _document_bearer(schema)
+            _add_body_examples(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -113,3 +131,37 @@ def _document_bearer(schema: dict[str, Any]) -> None:
             continue
         for operation in path_item.values():
             operation["security"] = [{"bearer": []}]
+
+
+def _add_body_examples(schema: dict[str, Any]) -> None:
+    """Give every request and response body the first example of its model.
+
+    The models carry ``examples`` in their JSON schema; Swagger UI shows a body's
+    ``example`` most reliably when it sits on the media type, also for optional bodies
+    (``anyOf`` the model and null).
+    """
+    components = schema.get("components", {}).get("schemas", {})
+
+    def first_example(node: dict[str, Any]) -> Any:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            node = components.get(ref.rsplit("/", 1)[-1], {})
+        examples = node.get("examples")
+        if isinstance(examples, list) and examples:
+            return examples[0]
+        for option in node.get("anyOf", ()):
+            found = first_example(option)
+            if found is not None:
+                return found
+        return None
+
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    if "example" in media or "examples" in media:
+                        continue
+                    example = first_example(media.get("schema", {}))
+                    if example is not None:
+                        media["example"] = example

@@ -249,6 +249,10 @@ RULES: list[tuple[str, re.Pattern[str], str | tuple[str, ...]]] = [
     for method, path, need in (
         ("GET", r"/v1/health", OPEN),
         ("GET", r"/metrics", ADMIN),
+        # The console's pages and assets carry no data (a browser cannot attach a token
+        # to a page load); the fragments they fetch with the page's token do: admin.
+        ("GET", r"/ui/?|/ui/transactions|/ui/topics/[^/]+|/ui/static/[^/]+", OPEN),
+        ("GET", r"/ui/fragments/.*", ADMIN),
         # Its topics are in the body: admin only, until the route checks each topic with
         # require_topics(request, "produce", topics); then make this AUTHENTICATED.
         ("POST", r"/v1/batches", ADMIN),

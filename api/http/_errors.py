@@ -90,7 +90,11 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         503: "The engine is closed or failed (`unavailable`).",
     }
     return {
-        status: {"model": ErrorResponse, "description": text[status]}
+        status: {
+            "model": ErrorResponse,
+            "description": text[status],
+            "content": {"application/json": {"example": _ERROR_EXAMPLES[status]}},
+        }
         for status in (400, 401, 403, *statuses, 503)
     }
 
@@ -102,6 +106,25 @@ def note_refusal(request: Request, status: int, reason: str) -> None:
         identity = request.scope.get(PRINCIPAL_KEY)
         name = None if identity is None else identity.name
         access.refusals.record(status, reason, name, request.method, request.url.path)
+
+
+_ERROR_EXAMPLES = {
+    status: {"error": {"code": code, "message": message}}
+    for status, code, message in [
+        (
+            400,
+            "invalid_request",
+            "messages.0: each message needs exactly one of 'value' and 'value_b64'",
+        ),
+        (401, "unauthorized", "a bearer token is required"),
+        (403, "forbidden", "principal 'billing' may not produce to topic 'orders'"),
+        (404, "not_found", "topic 'orders' not found"),
+        (409, "txn_not_open", "transaction txn-17 is not open: it timed out (aborted)"),
+        (413, "too_large", "message value of 6291456 bytes exceeds the limit of 5242880 bytes"),
+        (503, "unavailable", "the engine is closed"),
+        (507, "insufficient_storage", "not enough disk space: writes resume once space is freed"),
+    ]
+}
 
 
 def _request_id(request: Request) -> str:

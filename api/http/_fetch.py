@@ -23,9 +23,24 @@ router = APIRouter(tags=["messages"])
 async def fetch(
     topic: TopicName,
     request: Request,
-    start: Annotated[str | None, Query(alias="from", pattern=FETCH_FROM_PATTERN)] = None,
-    max_entries: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 1000,
-    isolation: Annotated[Isolation, Query()] = "read_committed",
+    start: Annotated[
+        str | None,
+        Query(
+            alias="from",
+            pattern=FETCH_FROM_PATTERN,
+            description="First position to return ('L:E', inclusive) or earliest (default).",
+        ),
+    ] = None,
+    max_entries: Annotated[
+        int, Query(alias="max", ge=1, le=10_000, description="At most this many entries.")
+    ] = 1000,
+    isolation: Annotated[
+        Isolation,
+        Query(
+            description="read_committed: up to the stable position; read_uncommitted: up to"
+            " last confirmed."
+        ),
+    ] = "read_committed",
 ) -> Response:
     """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
     engine = engine_of(request)

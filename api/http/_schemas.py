@@ -1,17 +1,19 @@
-"""Pydantic models of the HTTP contract (``shared/HTTP_API.md``): requests and responses.
+"""Pydantic models of the HTTP contract (``docs/http-api.md``): requests and responses.
 
 Request models validate strictly (no ``"1"`` for an integer, no ``1`` for a boolean), so
 wrong types are 400 ``invalid_request``. Response models exist for ``/openapi.json``; the
 routes build their JSON bodies directly (see ``api/http/_json.py``) and the schemathesis test
-keeps the two in step.
+keeps the two in step. Every field has a description and every model an example: they
+are what ``/docs`` shows.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic.config import JsonDict
 
 NAME_PATTERN = (
     r"^(?:[A-Za-z0-9.\-][A-Za-z0-9._\-]{0,199}|_(?:[A-Za-z0-9.\-][A-Za-z0-9._\-]{0,198})?)$"
@@ -41,6 +43,19 @@ ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 TxnIdStr = Annotated[StrictStr, Field(max_length=200, examples=["txn-17"])]
 Properties = dict[StrictStr, StrictStr]
+
+POSITION_TEXT = "A position 'L:E' (ledger id, entry id)."
+TXN_TEXT = "A transaction id as returned by begin (opaque; never reused)."
+KEY_TEXT = "The message key: key_shared subscriptions route by it; null for none."
+PROPERTIES_TEXT = "String properties of the message (free key/value pairs)."
+
+
+def _examples(
+    *examples: dict[str, Any], strict: bool = False, json_schema_extra: dict[str, Any] | None = None
+) -> ConfigDict:
+    """A model config whose JSON schema carries ``examples`` (shown by ``/docs``)."""
+    extra = cast(JsonDict, {**(json_schema_extra or {}), "examples": list(examples)})
+    return ConfigDict(strict=strict, json_schema_extra=extra)
 
 
 def check_json_value(value: Any) -> None:
@@ -72,7 +87,9 @@ class _Request(BaseModel):
 class MessageIn(_Request):
     """One message to produce: exactly one of ``value`` (any JSON) or ``value_b64``."""
 
-    model_config = ConfigDict(
+    model_config = _examples(
+        {"value": {"order": 1, "amount": 9.5}, "key": "customer-7", "properties": {"src": "web"}},
+        {"value_b64": "AAEC"},
         strict=True,
         json_schema_extra={"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]},
     )
@@ -82,8 +99,8 @@ class MessageIn(_Request):
         str,
         Field(pattern=BASE64_PATTERN, json_schema_extra={"contentEncoding": "base64"}),
     ] = Field(default="", description="Bytes, standard base64 with padding.")
-    key: StrictStr | None = None
-    properties: Properties | None = None
+    key: StrictStr | None = Field(default=None, description=KEY_TEXT)
+    properties: Properties | None = Field(default=None, description=PROPERTIES_TEXT)
 
     @model_validator(mode="after")
     def _exactly_one_value(self) -> MessageIn:
@@ -97,10 +114,28 @@ class MessageIn(_Request):
 class ProduceRequest(_Request):
     """Body of ``POST /v1/topics/{topic}/messages``."""
 
-    messages: Annotated[list[MessageIn], Field(min_length=1)]
-    txn: TxnIdStr | None = None
-    producer: ShortText | None = None
-    sequence: Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE)] | None = None
+    model_config = _examples(
+        {"messages": [{"value": {"order": 1}, "key": "k1", "properties": {"a": "b"}}]},
+        {"messages": [{"value": {"order": 2}}], "txn": "txn-17"},
+        {"messages": [{"value": 1}, {"value": 2}], "producer": "orders-app", "sequence": 41},
+        strict=True,
+    )
+
+    messages: Annotated[list[MessageIn], Field(min_length=1)] = Field(
+        description="The batch, appended atomically (all or none), in this order."
+    )
+    txn: TxnIdStr | None = Field(
+        default=None,
+        description="Append inside this open transaction (409 txn_not_open otherwise).",
+    )
+    producer: ShortText | None = Field(
+        default=None,
+        description="Idempotent producer name (with sequence): a resent batch is a duplicate.",
+    )
+    sequence: Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE)] | None = Field(
+        default=None,
+        description="Sequence number of the first message; the next ones count up from it.",
+    )
 
     @model_validator(mode="after")
     def _producer_with_sequence(self) -> ProduceRequest:
@@ -114,49 +149,110 @@ class ProduceRequest(_Request):
 class BeginRequest(_Request):
     """Body of ``POST /v1/transactions`` (may be empty)."""
 
-    timeout_ms: Annotated[StrictInt, Field(ge=1, le=MAX_TXN_TIMEOUT_MS)] | None = None
-    transactional_id: ShortText | None = None
-    label: Label | None = None
+    model_config = _examples(
+        {"timeout_ms": 60000, "transactional_id": "orders-app-1", "label": "job-1:batch-7"},
+        {},
+        strict=True,
+    )
+
+    timeout_ms: Annotated[StrictInt, Field(ge=1, le=MAX_TXN_TIMEOUT_MS)] | None = Field(
+        default=None,
+        description="Abort it after this many ms unless it ends first (default 60000).",
+    )
+    transactional_id: ShortText | None = Field(
+        default=None, description="Aborts and fences any open transaction begun with the same id."
+    )
+    label: Label | None = Field(
+        default=None, description="Free text (at most 200 characters) to find it later by prefix."
+    )
 
 
 class FinishRequest(_Request):
     """Body of ``POST /v1/transactions/finish``."""
 
-    commit: list[TxnIdStr] = Field(default_factory=list)
-    abort: list[TxnIdStr] = Field(default_factory=list)
-    idempotence_key: ShortText | None = None
+    model_config = _examples(
+        {"commit": ["txn-17", "txn-18"], "abort": ["txn-19"], "idempotence_key": "epoch-42"},
+        strict=True,
+    )
+
+    commit: list[TxnIdStr] = Field(
+        default_factory=list, description="Transactions to commit (each must be open)."
+    )
+    abort: list[TxnIdStr] = Field(default_factory=list, description="Transactions to abort.")
+    idempotence_key: ShortText | None = Field(
+        default=None,
+        description="A key already used by a successful finish makes this one abort everything"
+        " it lists instead (a replayed batch never lands twice).",
+    )
 
 
 class SubscriptionRequest(_Request):
     """Body of ``PUT /v1/topics/{topic}/subscriptions/{sub}`` (may be empty)."""
 
-    type: SubscriptionType = "exclusive"
-    initial_position: InitialPosition = "earliest"
-    isolation: Isolation = "read_committed"
+    model_config = _examples(
+        {"type": "shared", "initial_position": "earliest", "isolation": "read_committed"},
+        strict=True,
+    )
+
+    type: SubscriptionType = Field(
+        default="exclusive",
+        description="exclusive (one consumer), failover (one active), shared (round robin)"
+        " or key_shared (by key).",
+    )
+    initial_position: InitialPosition = Field(
+        default="earliest", description="Where a new subscription starts; ignored if it exists."
+    )
+    isolation: Isolation = Field(
+        default="read_committed",
+        description="read_committed (decided data only, up to the stable position) or"
+        " read_uncommitted (up to last confirmed).",
+    )
 
 
 class AckRequest(_Request):
     """Body of ``POST .../ack``."""
 
-    positions: list[PositionStr]
-    cumulative: StrictBool = False
-    txn: TxnIdStr | None = None
+    model_config = _examples(
+        {"positions": ["0:3", "0:4"]},
+        {"positions": ["0:9"], "cumulative": True, "txn": "txn-17"},
+        strict=True,
+    )
+
+    positions: list[PositionStr] = Field(description="Positions to acknowledge.")
+    cumulative: StrictBool = Field(
+        default=False, description="Acknowledge everything at or below the (highest) position."
+    )
+    txn: TxnIdStr | None = Field(
+        default=None,
+        description="Make the ack part of this transaction: it counts once it commits.",
+    )
 
 
 class NackRequest(_Request):
     """Body of ``POST .../nack``."""
 
-    positions: list[PositionStr]
+    model_config = _examples({"positions": ["0:3"]}, strict=True)
+
+    positions: list[PositionStr] = Field(
+        description="Delivered positions to redeliver (their redelivery_count goes up by one)."
+    )
 
 
 class SeekRequest(_Request):
     """Body of ``POST .../seek``."""
 
-    position: Annotated[str, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])]
+    model_config = _examples({"position": "0:15"}, {"position": "earliest"}, strict=True)
+
+    position: Annotated[str, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])] = Field(
+        description="'L:E', earliest or latest: everything before it counts as acknowledged,"
+        " everything from it on as not."
+    )
 
 
 class TopicRequest(_Request):
     """Optional body of ``PUT /v1/topics/{topic}``; no settings yet."""
+
+    model_config = _examples({}, strict=True)
 
 
 # --------------------------------------------------------------------------- responses
@@ -165,62 +261,115 @@ class TopicRequest(_Request):
 class ErrorDetail(BaseModel):
     """The ``error`` member of every 4xx/5xx body."""
 
-    code: str = Field(examples=["invalid_request"])
-    message: str
+    model_config = _examples({"code": "not_found", "message": "topic 'orders' not found"})
+
+    code: str = Field(
+        examples=["invalid_request"],
+        description="Machine-readable: invalid_request, not_found, txn_not_open, fenced,"
+        " conflict, too_large, unauthorized, forbidden, insufficient_storage, unavailable.",
+    )
+    message: str = Field(description="What went wrong, for people.")
 
 
 class ErrorResponse(BaseModel):
     """Every error body: ``{"error": {"code", "message"}}``."""
 
-    error: ErrorDetail
+    model_config = _examples(
+        {"error": {"code": "not_found", "message": "topic 'orders' not found"}}
+    )
+
+    error: ErrorDetail = Field(description="The error's code and message.")
 
 
 class HealthResponse(BaseModel):
     """``GET /v1/health``."""
 
-    status: Literal["ok"]
+    model_config = _examples({"status": "ok"})
+
+    status: Literal["ok"] = Field(description="ok while writes are accepted.")
 
 
 class TopicResponse(BaseModel):
     """``PUT /v1/topics/{topic}``."""
 
-    topic: str
+    model_config = _examples({"topic": "orders"})
+
+    topic: str = Field(description="The topic's name.")
 
 
 class TopicDeletedResponse(BaseModel):
     """``DELETE /v1/topics/{topic}``."""
 
-    topic: str
-    deleted: bool
+    model_config = _examples({"topic": "orders", "deleted": True})
+
+    topic: str = Field(description="The topic's name.")
+    deleted: bool = Field(
+        description="Always true: its data, subscriptions and snapshots are gone."
+    )
 
 
 class TopicListResponse(BaseModel):
     """``GET /v1/topics``."""
 
-    topics: list[str]
+    model_config = _examples({"topics": ["orders", "payments"]})
+
+    topics: list[str] = Field(description="Every topic's name.")
 
 
 class SnapshotInfo(BaseModel):
     """The newest snapshot of a topic's transaction buffer."""
 
-    position: str
-    taken_at: str
+    model_config = _examples({"position": "0:15", "taken_at": "2026-05-01T12:00:00.000+00:00"})
+
+    position: str = Field(description="Recovery replays the log after this position.")
+    taken_at: str = Field(description="When it was taken (ISO 8601, UTC).")
 
 
 class SubscriptionStats(BaseModel):
     """One subscription in the stats body."""
 
-    type: str
-    isolation: str
-    backlog: int
-    mark_delete: str | None
-    consumers: list[str]
+    model_config = _examples(
+        {
+            "type": "shared",
+            "isolation": "read_committed",
+            "backlog": 12,
+            "mark_delete": "0:3",
+            "consumers": ["c1"],
+            "unacked": 2,
+            "redeliveries": 0,
+        }
+    )
+
+    type: str = Field(description="exclusive, failover, shared or key_shared.")
+    isolation: str = Field(description="read_committed or read_uncommitted.")
+    backlog: int = Field(
+        description="Deliverable entries up to the read limit not yet acknowledged (markers and"
+        " aborted data never count)."
+    )
+    mark_delete: str | None = Field(
+        description="Everything at or below this position is acknowledged; null for none."
+    )
+    consumers: list[str] = Field(description="Names of the consumers attached now.")
+    unacked: int = Field(
+        default=0, description="Messages delivered to a consumer, not yet acknowledged."
+    )
+    redeliveries: int = Field(
+        default=0, description="Messages released for redelivery since the server started."
+    )
 
 
 class BlockingTxnInfo(BaseModel):
     """The open transaction whose first entry holds a topic's stable position."""
 
-    txn: str
+    model_config = _examples(
+        {
+            "txn": "txn-17",
+            "since": "2026-05-01T12:00:00.000+00:00",
+            "deadline": "2026-05-01T12:01:00.000+00:00",
+        }
+    )
+
+    txn: str = Field(description=TXN_TEXT)
     since: str | None = Field(description="When it began (ISO 8601, UTC).")
     deadline: str | None = Field(description="When it times out (ISO 8601, UTC).")
 
@@ -228,40 +377,112 @@ class BlockingTxnInfo(BaseModel):
 class StatsResponse(BaseModel):
     """``GET /v1/topics/{topic}/stats``."""
 
-    topic: str
-    last_confirmed: str | None
-    stable_position: str | None
-    open_txns: int
-    aborted_txns: int
-    ledgers: int
-    entries: int
-    snapshot: SnapshotInfo | None
-    blocking_txn: BlockingTxnInfo | None = Field(
-        None, description="The open transaction holding the stable position, if any."
+    model_config = _examples(
+        {
+            "topic": "orders",
+            "last_confirmed": "0:17",
+            "stable_position": "0:14",
+            "open_txns": 1,
+            "aborted_txns": 0,
+            "ledgers": 1,
+            "entries": 18,
+            "bytes": 1480,
+            "snapshot": {"position": "0:12", "taken_at": "2026-05-01T12:00:00.000+00:00"},
+            "blocking_txn": {
+                "txn": "txn-17",
+                "since": "2026-05-01T12:00:00.000+00:00",
+                "deadline": "2026-05-01T12:01:00.000+00:00",
+            },
+            "subscriptions": {
+                "billing": {
+                    "type": "shared",
+                    "isolation": "read_committed",
+                    "backlog": 12,
+                    "mark_delete": "0:2",
+                    "consumers": ["c1"],
+                    "unacked": 2,
+                    "redeliveries": 0,
+                }
+            },
+        }
     )
-    subscriptions: dict[str, SubscriptionStats]
+
+    topic: str = Field(description="The topic's name.")
+    last_confirmed: str | None = Field(
+        description="The newest durable entry; null while the topic is empty."
+    )
+    stable_position: str | None = Field(
+        description="Read-committed consumers read up to here: last confirmed, or just before"
+        " the first entry of the oldest open transaction."
+    )
+    open_txns: int = Field(description="Open transactions with entries on the topic.")
+    aborted_txns: int = Field(description="Aborted transactions retained in its aborted set.")
+    ledgers: int = Field(description="Retained ledgers (segments of the log).")
+    entries: int = Field(description="Entries of the retained ledgers, markers included.")
+    bytes: int = Field(default=0, description="Payload bytes of the retained ledgers.")
+    snapshot: SnapshotInfo | None = Field(
+        description="The newest transaction-buffer snapshot, or null."
+    )
+    blocking_txn: BlockingTxnInfo | None = Field(
+        default=None, description="The open transaction holding the stable position, if any."
+    )
+    subscriptions: dict[str, SubscriptionStats] = Field(description="Subscriptions by name.")
 
 
 class ProduceResponse(BaseModel):
     """``POST /v1/topics/{topic}/messages``."""
 
-    positions: list[str]
-    duplicate: bool
+    model_config = _examples({"positions": ["0:3", "0:4"], "duplicate": False})
+
+    positions: list[str] = Field(description="Where each message went, in request order.")
+    duplicate: bool = Field(
+        description="True when an idempotent producer resent a stored batch (nothing new)."
+    )
 
 
 class TxnResponse(BaseModel):
     """A transaction: begin, get, commit, abort and list items."""
 
-    txn: str
-    state: TxnState
-    label: str | None = None
-    topics: list[str] = Field(default_factory=list)
-    fenced: bool = False
-    timeout_ms: int | None = None
-    created_at: str | None = Field(None, description="When it began (ISO 8601, UTC).")
-    deadline: str | None = Field(None, description="When it times out (ISO 8601, UTC).")
+    model_config = _examples(
+        {
+            "txn": "txn-17",
+            "state": "open",
+            "label": "job-1:batch-7",
+            "topics": ["orders", "payments"],
+            "fenced": False,
+            "timeout_ms": 60000,
+            "created_at": "2026-05-01T12:00:00.000Z",
+            "deadline": "2026-05-01T12:01:00.000Z",
+            "reason": None,
+        },
+        {
+            "txn": "txn-16",
+            "state": "aborted",
+            "label": None,
+            "topics": ["orders"],
+            "fenced": False,
+            "timeout_ms": 60000,
+            "created_at": "2026-05-01T11:58:00.000Z",
+            "deadline": "2026-05-01T11:59:00.000Z",
+            "reason": "timeout",
+        },
+    )
+
+    txn: str = Field(description=TXN_TEXT)
+    state: TxnState = Field(description="open, committing, committed, aborting or aborted.")
+    label: str | None = Field(default=None, description="The label given at begin, or null.")
+    topics: list[str] = Field(
+        default_factory=list, description="Topics it has sent to, in first-use order."
+    )
+    fenced: bool = Field(
+        default=False, description="True when a reused transactional_id aborted and fenced it."
+    )
+    timeout_ms: int | None = Field(default=None, description="Its timeout in milliseconds.")
+    created_at: str | None = Field(default=None, description="When it began (ISO 8601, UTC).")
+    deadline: str | None = Field(default=None, description="When it times out (ISO 8601, UTC).")
     reason: Literal["client", "timeout", "fenced", "low_watermark"] | None = Field(
-        None, description="Once ended: why (its client, its timeout, fencing, low watermark)."
+        default=None,
+        description="Once ended: why (its client, its timeout, fencing, low watermark).",
     )
     owner: str | None = Field(
         None, description="The principal that began it (with `serve --auth`), else null."
@@ -271,98 +492,218 @@ class TxnResponse(BaseModel):
 class TxnListResponse(BaseModel):
     """``GET /v1/transactions``."""
 
-    transactions: list[TxnResponse]
+    model_config = _examples(
+        {
+            "transactions": [
+                {
+                    "txn": "txn-17",
+                    "state": "open",
+                    "label": "job-1:batch-7",
+                    "topics": ["orders"],
+                    "fenced": False,
+                    "timeout_ms": 60000,
+                    "created_at": "2026-05-01T12:00:00.000Z",
+                    "deadline": "2026-05-01T12:01:00.000Z",
+                    "reason": None,
+                }
+            ]
+        }
+    )
+
+    transactions: list[TxnResponse] = Field(description="Matching transactions, oldest first.")
 
 
 class FinishResponse(BaseModel):
     """``POST /v1/transactions/finish``."""
 
-    committed: list[str]
-    aborted: list[str]
-    duplicate: bool
+    model_config = _examples(
+        {"committed": ["txn-17", "txn-18"], "aborted": ["txn-19"], "duplicate": False}
+    )
+
+    committed: list[str] = Field(description="Transactions now committed.")
+    aborted: list[str] = Field(description="Transactions now aborted.")
+    duplicate: bool = Field(
+        description="True when the idempotence key was used before: everything listed aborted."
+    )
 
 
 class SubscriptionResponse(BaseModel):
     """``PUT /v1/topics/{topic}/subscriptions/{sub}``."""
 
-    topic: str
-    subscription: str
-    type: SubscriptionType
-    isolation: Isolation
-    initial_position: InitialPosition
-    created: bool
+    model_config = _examples(
+        {
+            "topic": "orders",
+            "subscription": "billing",
+            "type": "shared",
+            "isolation": "read_committed",
+            "initial_position": "earliest",
+            "created": True,
+        }
+    )
+
+    topic: str = Field(description="The topic's name.")
+    subscription: str = Field(description="The subscription's name.")
+    type: SubscriptionType = Field(description="Its type.")
+    isolation: Isolation = Field(description="Its isolation level.")
+    initial_position: InitialPosition = Field(description="Where it started when created.")
+    created: bool = Field(description="False when it existed with the same settings.")
 
 
 class SubscriptionDeletedResponse(BaseModel):
     """``DELETE /v1/topics/{topic}/subscriptions/{sub}``."""
 
-    topic: str
-    subscription: str
-    deleted: bool
+    model_config = _examples({"topic": "orders", "subscription": "billing", "deleted": True})
+
+    topic: str = Field(description="The topic's name.")
+    subscription: str = Field(description="The subscription's name.")
+    deleted: bool = Field(description="Always true.")
 
 
 class MessageOut(BaseModel):
     """A delivered message; ``value`` or ``value_b64``, as it was produced."""
 
-    position: str
+    model_config = _examples(
+        {
+            "position": "0:3",
+            "value": {"order": 1},
+            "key": "k1",
+            "properties": {"a": "b"},
+            "txn": None,
+            "publish_time": "2026-05-01T12:00:00.000Z",
+            "redelivery_count": 0,
+        }
+    )
+
+    position: str = Field(description=POSITION_TEXT + " Acknowledge it by this.")
     value: Any = Field(default=None, description="Present when produced as JSON.")
     value_b64: str | None = Field(default=None, description="Present when produced as bytes.")
-    key: str | None
-    properties: dict[str, str]
-    txn: str | None
+    key: str | None = Field(description=KEY_TEXT)
+    properties: dict[str, str] = Field(description=PROPERTIES_TEXT)
+    txn: str | None = Field(description="The transaction it was produced in, or null.")
     publish_time: str = Field(description="ISO-8601, UTC.")
-    redelivery_count: int
+    redelivery_count: int = Field(description="How often it was delivered before (nack, expiry).")
 
 
 class ReceiveResponse(BaseModel):
     """``GET .../subscriptions/{sub}/messages``."""
 
-    messages: list[MessageOut]
+    model_config = _examples(
+        {
+            "messages": [
+                {
+                    "position": "0:3",
+                    "value": {"order": 1},
+                    "key": "k1",
+                    "properties": {},
+                    "txn": None,
+                    "publish_time": "2026-05-01T12:00:00.000Z",
+                    "redelivery_count": 0,
+                }
+            ]
+        }
+    )
+
+    messages: list[MessageOut] = Field(description="In position order; empty when none came.")
 
 
 class AckResponse(BaseModel):
     """``POST .../ack``: the number of positions named in the request."""
 
-    acked: int
+    model_config = _examples({"acked": 2})
+
+    acked: int = Field(description="The number of positions named in the request.")
 
 
 class NackResponse(BaseModel):
     """``POST .../nack``."""
 
-    nacked: int
+    model_config = _examples({"nacked": 1})
+
+    nacked: int = Field(description="The number of positions named in the request.")
 
 
 class SeekResponse(BaseModel):
     """``POST .../seek``."""
 
-    position: str
+    model_config = _examples({"position": "0:15"})
+
+    position: str = Field(description="The position sought, as given.")
 
 
 class FetchedEntryOut(BaseModel):
     """One raw entry of a range fetch (data or marker)."""
 
-    position: str
-    kind: EntryKindName
-    txn: str | None
-    key: str | None
-    value: Any = None
-    value_b64: str | None = None
-    properties: dict[str, str]
-    publish_time: str
+    model_config = _examples(
+        {
+            "position": "0:5",
+            "kind": "data",
+            "txn": "txn-17",
+            "key": None,
+            "value": {"order": 2},
+            "properties": {},
+            "publish_time": "2026-05-01T12:00:00.000Z",
+        }
+    )
+
+    position: str = Field(description=POSITION_TEXT)
+    kind: EntryKindName = Field(
+        description="data, or a commit/abort marker ending a transaction on this topic."
+    )
+    txn: str | None = Field(description="Its transaction, or null for a plain message.")
+    key: str | None = Field(description=KEY_TEXT)
+    value: Any = Field(default=None, description="Present for data produced as JSON.")
+    value_b64: str | None = Field(default=None, description="Present for data produced as bytes.")
+    properties: dict[str, str] = Field(description=PROPERTIES_TEXT)
+    publish_time: str = Field(description="ISO-8601, UTC.")
 
 
 class AbortedTxnOut(BaseModel):
     """An aborted transaction with data in the fetched range."""
 
-    txn: str
-    first_position: str
+    model_config = _examples({"txn": "txn-16", "first_position": "0:2"})
+
+    txn: str = Field(description="Drop every data entry of this transaction.")
+    first_position: str = Field(description="Its first entry on this topic.")
 
 
 class FetchResponse(BaseModel):
     """``GET /v1/topics/{topic}/fetch``."""
 
-    entries: list[FetchedEntryOut]
-    aborted: list[AbortedTxnOut]
-    next: str
-    stable_position: str | None
-    last_confirmed: str | None
+    model_config = _examples(
+        {
+            "entries": [
+                {
+                    "position": "0:2",
+                    "kind": "data",
+                    "txn": "txn-16",
+                    "key": None,
+                    "value": {"order": 2},
+                    "properties": {},
+                    "publish_time": "2026-05-01T12:00:00.000Z",
+                },
+                {
+                    "position": "0:3",
+                    "kind": "abort",
+                    "txn": "txn-16",
+                    "key": None,
+                    "value": None,
+                    "properties": {},
+                    "publish_time": "2026-05-01T12:00:01.000Z",
+                },
+            ],
+            "aborted": [{"txn": "txn-16", "first_position": "0:2"}],
+            "next": "0:4",
+            "stable_position": "0:3",
+            "last_confirmed": "0:3",
+        }
+    )
+
+    entries: list[FetchedEntryOut] = Field(
+        description="Raw entries in position order: markers and aborted data included."
+    )
+    aborted: list[AbortedTxnOut] = Field(
+        description="Every aborted transaction with data in the returned entries."
+    )
+    next: str = Field(description="Where the following fetch starts.")
+    stable_position: str | None = Field(description="The topic's stable position now.")
+    last_confirmed: str | None = Field(description="The topic's last confirmed entry now.")

@@ -92,9 +92,20 @@ async def receive(
     topic: TopicName,
     sub: SubName,
     request: Request,
-    consumer: Annotated[str, Query(min_length=1, max_length=200)] = "default",
-    max_messages: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 100,
-    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    consumer: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=200,
+            description="The consumer's name; one that does not poll for 30 s is detached.",
+        ),
+    ] = "default",
+    max_messages: Annotated[
+        int, Query(alias="max", ge=1, le=10_000, description="At most this many messages.")
+    ] = 100,
+    wait_ms: Annotated[
+        int, Query(ge=0, le=30_000, description="Wait up to this long for the first message.")
+    ] = 0,
 ) -> Response:
     """Up to ``max`` messages, waiting up to ``wait_ms`` for the first one."""
     engine = engine_of(request)

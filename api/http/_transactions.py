@@ -56,9 +56,14 @@ async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] =
 @router.get("/v1/transactions", response_model=TxnListResponse, responses=responses())
 async def list_transactions(
     request: Request,
-    state: Annotated[TxnState | None, Query()] = None,
-    label_prefix: Annotated[str | None, Query(max_length=200)] = None,
-    older_than_ms: Annotated[int | None, Query(ge=0, le=10**12)] = None,
+    state: Annotated[TxnState | None, Query(description="Only transactions in this state.")] = None,
+    label_prefix: Annotated[
+        str | None, Query(max_length=200, description="Only labels starting with this.")
+    ] = None,
+    older_than_ms: Annotated[
+        int | None,
+        Query(ge=0, le=10**12, description="Only those begun more than this many ms ago."),
+    ] = None,
 ) -> Response:
     """Transactions, optionally filtered by state, label prefix and age (begun more than
     ``older_than_ms`` ago: hanging transactions)."""
