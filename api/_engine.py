@@ -49,6 +49,7 @@ from ._consume import Consuming
 from ._core import EngineState, Health, ProduceResult, check_values
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
+from ._offload import Offloading
 from ._recovery import load_topics, reconcile
 
 log = logging.getLogger("txnstream.engine")
@@ -76,7 +77,7 @@ def _check_message(
     return key, packed, dict(properties)
 
 
-class Engine(TopicAdmin, Consuming):
+class Engine(TopicAdmin, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -107,12 +108,13 @@ class Engine(TopicAdmin, Consuming):
             min_free_bytes=self.config.min_free_bytes,
         )
         self._store = store
+        self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
             store.on_failure = self._fail
             store.on_flush = self.metrics.append_batch_size.observe
-            loaded = await load_topics(store, self.config)
+            loaded = await load_topics(store, self.config, self._remote)
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
-            self._retention = loaded.retention
+            self._retention, self._offload = loaded.retention, loaded.offload
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
             coordinator = self._coordinator = Coordinator(
                 store,
@@ -134,6 +136,8 @@ class Engine(TopicAdmin, Consuming):
         self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
+        if self.config.offload_url is not None:
+            self._spawn(self._offload_loop(), name="txnstream-offload")
 
     async def close(self) -> None:
         """Stop background work, write everything queued, close the store. Idempotent.

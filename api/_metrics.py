@@ -62,6 +62,16 @@ class EngineMetrics:
             "Time from commit request to durable decision.",
             registry=self.registry,
         )
+        self.offload_index_fetches = Counter(
+            "txnstream_offload_index_fetches",
+            "Aborted-index objects (sidecars) of offloaded ledgers read from the object store.",
+            registry=self.registry,
+        )
+        self.offload_data_fetches = Counter(
+            "txnstream_offload_data_fetches",
+            "Reads of offloaded ledger objects (the row groups of one request count once).",
+            registry=self.registry,
+        )
         self.receive_wait = Histogram(
             "txnstream_receive_wait_seconds",
             "Time a receive waited for its first message.",
@@ -140,6 +150,16 @@ class TopicStatsCollector(Collector):
             "Consumers attached to the subscription.",
             labels=["topic", "subscription"],
         )
+        offloaded = GaugeMetricFamily(
+            "txnstream_offloaded_ledgers",
+            "Ledgers of the topic in the object store.",
+            labels=["topic"],
+        )
+        offloaded_bytes = GaugeMetricFamily(
+            "txnstream_offloaded_bytes",
+            "Bytes of the topic's ledger objects in the object store.",
+            labels=["topic"],
+        )
         for stats in self._stats:
             topic = str(stats.get("topic", ""))
             lag.add_metric([topic], _lag(stats.get("last_confirmed"), stats.get("stable_position")))
@@ -147,6 +167,8 @@ class TopicStatsCollector(Collector):
             aborted.add_metric([topic], float(stats.get("aborted_txns") or 0))
             entries.add_metric([topic], float(stats.get("entries") or 0))
             ledgers.add_metric([topic], float(stats.get("ledgers") or 0))
+            offloaded.add_metric([topic], float(stats.get("offloaded_ledgers") or 0))
+            offloaded_bytes.add_metric([topic], float(stats.get("offloaded_bytes") or 0))
             snapshot = stats.get("snapshot")
             if isinstance(snapshot, dict):
                 taken = _epoch(snapshot.get("taken_at"))
@@ -160,7 +182,7 @@ class TopicStatsCollector(Collector):
                 backlog.add_metric([topic, str(name)], float(sub.get("backlog") or 0))
                 consumers.add_metric([topic, str(name)], float(len(sub.get("consumers") or ())))
         yield from (lag, open_txns, aborted, entries, ledgers, snapshot_age, oldest_txn)
-        yield from (backlog, consumers)
+        yield from (offloaded, offloaded_bytes, backlog, consumers)
 
 
 def _split(position: object) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ from api import (
     FencedError,
     InvalidArgumentError,
     NotFoundError,
+    RemoteStorageError,
     TooLargeError,
     TxnNotOpenError,
 )
@@ -44,6 +45,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     InvalidArgumentError: (400, "invalid_request"),
     ClosedError: (503, "unavailable"),
     EngineFailedError: (503, "unavailable"),
+    RemoteStorageError: (503, "unavailable"),
     RequestValidationError: (400, "invalid_request"),
 }
 """The one map from an exception class to ``(status, code)``; looked up along the MRO."""
