@@ -399,11 +399,21 @@ class ManagedLedger:
         """Durable entries with ``start <= position <= end``, in order, at most ``limit``."""
         if end < start or limit <= 0:
             return []
-        if start.ledger_id > self._remote_upto:
+        if start.ledger_id > self._remote_upto:  # the local path: one comparison more
             generation = self._tier_generation
-            entries = await self._read_local(start, end, limit)
+            rows = await self.store.read(
+                _SELECT_RANGE,
+                (
+                    self.topic_id,
+                    start.ledger_id,
+                    start.entry_id,
+                    end.ledger_id,
+                    end.entry_id,
+                    limit,
+                ),
+            )
             if generation == self._tier_generation:
-                return entries
+                return [decode_row(row) for row in rows]
         while True:  # the range may touch the remote tier (or a ledger just switched)
             generation = self._tier_generation
             entries = await self._read_tiered(start, end, limit)

@@ -232,6 +232,13 @@ class CommittedReader:
         return [OffloadedLedger(int(i), int(n), str(u), s) for i, n, u, s in rows]
 
     @staticmethod
+    def object_url(base: str, topic: str, ledger_id: int) -> str:
+        """The URL of ledger ``ledger_id`` of ``topic`` in the offload store at ``base``
+        (``file:///dir``, a plain path or ``s3://bucket/prefix``); raises
+        :class:`~ledger.InvalidArgumentError` for a bad ``base``."""
+        return OffloadStore(base).ledger_url(topic, ledger_id)
+
+    @staticmethod
     def read_offloaded(
         url: str, lo: int, hi: int, *, committed: bool, size: int | None = None
     ) -> Iterator[Any]:

@@ -16,11 +16,11 @@ from fastapi.openapi.utils import get_openapi
 
 from api import Engine
 
-from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
+from . import _admin, _fetch, _messages, _offload, _subscriptions, _topics, _transactions
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 
-_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
+_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload)
 
 
 def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:

@@ -99,6 +99,18 @@ class HttpClient:
         except (TxnStreamHttpError, KeyError, TypeError, ValueError):
             return None
 
+    def ledgers(self) -> list[dict[str, Any]] | None:
+        """The topic's ledgers (``GET .../ledgers``), or None from a server without the
+        listing."""
+        try:
+            body = self._call("GET", f"/v1/topics/{self.topic}/ledgers")
+        except TxnStreamHttpError as exc:
+            if exc.status == 404 and "no such route" in str(exc):
+                return None
+            raise
+        ledgers = body.get("ledgers") if isinstance(body, dict) else None
+        return ledgers if isinstance(ledgers, list) else None
+
     def position_after(self, start: Position, count: int, isolation: str) -> Position:
         """Where a read of at most ``count`` entries from ``start`` stops (exclusive)."""
         position = start

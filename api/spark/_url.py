@@ -2,12 +2,16 @@
 
 Each task reads its window with the range fetch; every answer carries the aborted
 transactions with data in its range, so a task drops aborted data with no other state.
+With the server's ledger listing (``GET .../ledgers``) partitions follow the real
+ledgers, and an offloaded ledger is a partition of its own that the task reads straight
+from the object store: no broker in the path for cold data.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -18,6 +22,62 @@ from ._common import READ_COMMITTED, Window, make_batch
 from ._http_client import HttpClient, answer_position
 
 _PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePart:
+    """Entries ``lo <= e < hi`` of an offloaded ledger, read from the object at ``url``."""
+
+    url: str
+    ledger_id: int
+    lo: int
+    hi: int
+
+
+def split_listing(
+    window: Window,
+    ledgers: Sequence[dict[str, Any]],
+    max_entries: int,
+    object_url: Callable[[int, str | None], str | None],
+) -> list[Window | RemotePart]:
+    """Partitions of ``window`` by the server's ledger listing: each offloaded ledger
+    alone (``object_url(ledger, recorded url)`` says where to read it), consecutive
+    local ledgers grouped into windows of at most ``max_entries`` entries."""
+    parts: list[Window | RemotePart] = []
+    start: Position | None = None
+    end: Position | None = None
+    size = 0
+
+    def close() -> None:
+        nonlocal start, end, size
+        if start is not None and end is not None:
+            parts.append(Window(start, end))
+        start, end, size = None, None, 0
+
+    for item in ledgers:
+        ledger_id, entries = int(item["ledger"]), int(item["entries"])
+        if ledger_id < window.start.ledger_id or ledger_id > window.end.ledger_id:
+            continue
+        lo = window.start.entry_id if ledger_id == window.start.ledger_id else 0
+        hi = min(entries, window.end.entry_id) if ledger_id == window.end.ledger_id else entries
+        if lo >= hi:
+            continue
+        url = object_url(ledger_id, item.get("url")) if item.get("location") == "remote" else None
+        if url is not None:
+            close()
+            parts.append(RemotePart(url, ledger_id, lo, hi))
+            continue
+        while lo < hi:
+            take = min(hi - lo, max_entries - size)
+            if start is None:
+                start = Position(ledger_id, lo)
+            lo += take
+            size += take
+            end = Position(ledger_id, lo)
+            if size >= max_entries:
+                close()
+    close()
+    return parts
 
 
 def split_ledgers(
