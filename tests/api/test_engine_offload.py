@@ -135,7 +135,8 @@ async def test_offloaded_ledgers_read_exactly_like_local_ones(
         assert offloaded == [i["ledger"] for i in ledgers[:-1]]  # all but the open one
         assert len(offloaded) >= 5
         assert all(i["location"] == "remote" and i["url"] for i in ledgers[:-1])
-        assert ledgers[-1]["location"] == "local" and ledgers[-1]["url"] is None
+        assert ledgers[-1]["location"] == "local"
+        assert ledgers[-1]["url"] is None
         with_aborts = [i["ledger"] for i in ledgers if i["has_aborts"]]
         assert len(with_aborts) == 2
         names = objects(offload_url, "t")
