@@ -109,15 +109,18 @@ class Offloading(EngineCore):
                     log.warning("topic %s: offload failed, will retry: %s", name, exc)
 
     async def _offload_topic(self, topic: Topic, *, manual: bool) -> list[int]:
+        """Offload the ledgers eligible when called, oldest first (not those that become
+        eligible meanwhile: a pass ends even under a steady stream of writes)."""
         done: list[int] = []
         async with self._tier_lock:
             if topic.deleted:
                 return done
             await self._sweep(topic)
-            while True:
-                info = self._next_candidate(topic, manual=manual)
-                if info is None:
-                    return done
+            for wanted in [info.ledger_id for info in self._candidates(topic, manual=manual)]:
+                still = self._candidates(topic, manual=manual)
+                if not still or still[0].ledger_id != wanted:
+                    break  # trimmed, or no longer eligible
+                info = still[0]
                 try:
                     offloaded = await self._offload_ledger(topic, info)
                 except (RemoteStorageError, OSError) as exc:
@@ -125,29 +128,35 @@ class Offloading(EngineCore):
                     if isinstance(exc, RemoteStorageError):
                         raise
                     raise RemoteStorageError(
-                        f"offloading ledger {info.ledger_id} of topic {topic.name!r} failed: {exc}"
+                        f"offloading ledger {info.ledger_id} of topic {topic.name!r}"
+                        f" failed: {exc}"
                     ) from exc
                 if not offloaded:
-                    return done
+                    break
                 done.append(info.ledger_id)
+        return done
 
-    def _next_candidate(self, topic: Topic, *, manual: bool) -> LedgerInfo | None:
+    def _candidates(self, topic: Topic, *, manual: bool) -> list[LedgerInfo]:
+        """The ledgers the policy lets go now, oldest first (a manual run ignores the
+        age rule)."""
         policy = self._offload.get(topic.name) or OffloadPolicy()
         candidates = topic.ledger.offload_candidates(
             topic.buffer.max_read_position, policy.min_local_ledgers
         )
-        if not candidates:
-            return None
-        info = candidates[0]
-        if not manual:
-            if policy.after is None:
-                return None
-            ledgers = topic.ledger.ledgers
+        if manual or not candidates:
+            return candidates
+        if policy.after is None:
+            return []
+        cutoff = now_ms() - policy.after * 1000
+        ledgers = topic.ledger.ledgers
+        out = []
+        for info in candidates:
+            # age counts from when it stopped growing: the next ledger's creation
             following = next((i for i in ledgers if i.ledger_id > info.ledger_id), None)
-            stopped = following.created_ms if following is not None else now_ms()
-            if stopped > now_ms() - policy.after * 1000:
-                return None
-        return info
+            if following is None or following.created_ms > cutoff:
+                break
+            out.append(info)
+        return out
 
     async def _offload_ledger(self, topic: Topic, info: LedgerInfo) -> bool:
         """Upload, verify and switch one ledger; False if it may no longer go."""

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
 from ._errors import RemoteStorageError
-from ._offload import AbortedIndexRow, MetaRow, OffloadedObject, OffloadStore, RawRow
+from ._offload import AbortedIndexRow, OffloadedObject, OffloadStore, RawRow
 from ._position import Position
 from ._store import Store, WriteBatch
 
@@ -435,21 +435,20 @@ class ManagedLedger:
         return [decode_row(row) for row in rows]
 
     async def _read_tiered(self, start: Position, end: Position, limit: int) -> list[Entry]:
-        out: list[Entry] = []
         upto = self._remote_upto
-        for info in self._remote_between(start.ledger_id, end.ledger_id):
-            lo, hi = _span(info, start, end)
-            hi = min(hi, lo + limit - len(out) - 1)
-            if lo > hi:
-                continue
-            remote = self._remote_store()
-            out += await self._remote_call(
-                info, [], remote.read_entries, info.ledger_id, info.url, lo, hi
-            )
-            if len(out) >= limit:
-                return out
+        spans = [
+            (info, _span(info, start, end))
+            for info in self._remote_between(start.ledger_id, end.ledger_id)
+        ]
+
+        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Entry]:
+            lo, hi = span
+            hi = min(hi, lo + room - 1)
+            return remote.read_entries(info.ledger_id, _url(info), lo, hi) if lo <= hi else []
+
+        out: list[Entry] = await self._remote_reads(spans, read, limit)
         local = max(start, Position(upto + 1, 0))
-        if local <= end:
+        if len(out) < limit and local <= end:
             out += await self._read_local(local, end, limit - len(out))
         return out
 
@@ -483,15 +482,16 @@ class ManagedLedger:
         for p in positions:
             if p.ledger_id <= upto:
                 by_ledger.setdefault(p.ledger_id, []).append(p.entry_id)
-        out: list[Entry] = []
+        items = []
         for ledger_id, entry_ids in sorted(by_ledger.items()):
             info = self._info(ledger_id)
-            if info is None or not info.is_remote:
-                continue
-            remote = self._remote_store()
-            out += await self._remote_call(
-                info, [], remote.read_positions, ledger_id, info.url, entry_ids
-            )
+            if info is not None and info.is_remote:
+                items.append((info, entry_ids))
+
+        def read(remote: OffloadStore, info: LedgerInfo, ids: Any, room: int) -> list[Entry]:
+            return remote.read_positions(info.ledger_id, _url(info), ids)
+
+        out: list[Entry] = await self._remote_reads(items, read)
         out += await self._read_local_positions([p for p in positions if p.ledger_id > upto])
         return out
 
@@ -514,14 +514,22 @@ class ManagedLedger:
         while True:
             generation = self._tier_generation
             upto = self._remote_upto
-            total = 0
-            for info in self._remote_between(start.ledger_id, end.ledger_id):
-                lo, hi = _span(info, start, end)
-                skip = [p.entry_id for p in except_positions if p.ledger_id == info.ledger_id]
-                remote = self._remote_store()
-                total += await self._remote_call(
-                    info, 0, remote.count_committed, info.url, lo, hi, info.entries, skip
+            items = [
+                (
+                    info,
+                    (
+                        *_span(info, start, end),
+                        [p.entry_id for p in except_positions if p.ledger_id == info.ledger_id],
+                    ),
                 )
+                for info in self._remote_between(start.ledger_id, end.ledger_id)
+            ]
+
+            def count(remote: OffloadStore, info: LedgerInfo, arg: Any, room: int) -> list[int]:
+                lo, hi, skip = arg
+                return [remote.count_committed(_url(info), lo, hi, info.entries, skip)]
+
+            total = sum(await self._remote_reads(items, count)) if items else 0
             local = max(start, Position(upto + 1, 0))
             if local <= end:
                 total += await self._count_local(local, end, except_txns, except_positions)
@@ -558,24 +566,24 @@ class ManagedLedger:
         while True:
             generation = self._tier_generation
             upto = self._remote_upto
-            out: list[EntryMeta] = []
             end = Position(upto, 1 << 62)
-            for info in self._remote_between(start.ledger_id, upto):
-                lo, hi = _span(info, start, end)
-                hi = min(hi, lo + limit - len(out) - 1)
+            spans = [
+                (info, _span(info, start, end))
+                for info in self._remote_between(start.ledger_id, upto)
+            ]
+
+            def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Any]:
+                lo, hi = span
+                hi = min(hi, lo + room - 1)
                 if lo > hi:
-                    continue
-                remote = self._remote_store()
-                metas: list[MetaRow] = []
-                metas = await self._remote_call(info, metas, remote.read_meta, info.url, lo, hi)
-                out += [
-                    EntryMeta(
-                        Position(info.ledger_id, e), kind, None if txn is None else TxnId(txn)
-                    )
-                    for e, kind, txn in metas
-                ]
-                if len(out) >= limit:
-                    break
+                    return []
+                rows = remote.read_meta(_url(info), lo, hi)
+                return [(info.ledger_id, e, kind, txn) for e, kind, txn in rows]
+
+            out = [
+                EntryMeta(Position(ledger_id, e), kind, None if txn is None else TxnId(txn))
+                for ledger_id, e, kind, txn in await self._remote_reads(spans, read, limit)
+            ]
             local = max(start, Position(upto + 1, 0))
             if len(out) < limit:
                 rows = await self.store.read(
@@ -617,26 +625,48 @@ class ManagedLedger:
             raise RemoteStorageError("this topic has offloaded ledgers but no offload store")
         return self.remote
 
-    async def _remote_call(
-        self, info: LedgerInfo, gone: _T, fn: Callable[..., _T], *args: Any
-    ) -> _T:
-        """Run a blocking read of ``info``'s object in a worker thread.
+    async def _remote_reads(
+        self,
+        items: Sequence[tuple[LedgerInfo, Any]],
+        read: Callable[[OffloadStore, LedgerInfo, Any, int], list[_T]],
+        limit: int | None = None,
+    ) -> list[_T]:
+        """``read(store, info, arg, room)`` for each remote ledger ``(info, arg)`` in
+        order, all in ONE worker thread (one hop however many ledgers), until ``limit``
+        results; ``room`` is what the limit leaves.
 
-        A missing object is ``gone`` when retention deleted the ledger meanwhile; any
-        other failure of the object store is a :class:`RemoteStorageError`.
+        A missing object is skipped when retention deleted its ledger meanwhile (as a
+        local read, the range just ends sooner); any other failure of the object store
+        is a :class:`RemoteStorageError`.
         """
+        if not items:
+            return []
+        remote = self._remote_store()
+        room = (1 << 62) if limit is None else limit
+
+        def work() -> tuple[list[_T], list[LedgerInfo]]:
+            out: list[_T] = []
+            missing: list[LedgerInfo] = []
+            for info, arg in items:
+                try:
+                    out += read(remote, info, arg, room - len(out))
+                except FileNotFoundError:
+                    missing.append(info)
+                if len(out) >= room:
+                    break
+            return out, missing
+
         try:
-            return await asyncio.to_thread(fn, *args)
-        except FileNotFoundError:
-            if self._info(info.ledger_id) is not info:
-                return gone  # trimmed while we read: as a local read, it just ends
-            raise RemoteStorageError(
-                f"offloaded ledger {info.ledger_id} is missing from the object store ({info.url})"
-            ) from None
+            out, missing = await asyncio.to_thread(work)
         except OSError as exc:
-            raise RemoteStorageError(
-                f"cannot read offloaded ledger {info.ledger_id} ({info.url}): {exc}"
-            ) from exc
+            raise RemoteStorageError(f"cannot read an offloaded ledger: {exc}") from exc
+        for info in missing:
+            if self._info(info.ledger_id) is info:
+                raise RemoteStorageError(
+                    f"offloaded ledger {info.ledger_id} is missing from the object store"
+                    f" ({info.url})"
+                )
+        return out
 
     async def remote_aborted(self, from_ledger_id: int) -> list[AbortedIndexRow]:
         """The aborted-index rows of every remote ledger from ``from_ledger_id`` on.
@@ -750,6 +780,12 @@ class ManagedLedger:
     def offloaded(self) -> list[LedgerInfo]:
         """The remote ledgers, oldest first."""
         return [info for info in self._ledgers if info.is_remote]
+
+
+def _url(info: LedgerInfo) -> str:
+    if info.url is None:
+        raise RemoteStorageError(f"remote ledger {info.ledger_id} has no object URL")
+    return info.url
 
 
 def _span(info: LedgerInfo, start: Position, end: Position) -> tuple[int, int]:
