@@ -8,12 +8,14 @@ module exports.
 
 from dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
 from ledger import (
+    DB_FILE,
     AckConflictError,
     ClosedError,
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
     DataDirLockedError,
+    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -34,7 +36,9 @@ from ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamHttpError,
     TxnStreamSourceError,
+    TxnStreamTransportError,
     validate_name,
 )
 from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
@@ -43,6 +47,7 @@ from ._config import EngineConfig
 from ._core import EngineState, Health, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
+from ._replay_check import TopicReplay, replay_check
 from ._stats import TopicStats
 
 __all__ = [
@@ -54,7 +59,9 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
     "DataDirLockedError",
+    "DrillError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -82,6 +89,7 @@ __all__ = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -89,6 +97,9 @@ __all__ = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamHttpError",
     "TxnStreamSourceError",
+    "TxnStreamTransportError",
+    "replay_check",
     "validate_name",
 ]

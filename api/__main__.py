@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._cli import main
+from .cli import main
 
 if __name__ == "__main__":
     main()

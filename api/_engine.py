@@ -9,11 +9,11 @@ OPEN``: the engine reopens its store and recovers in place, with backoff (or goe
 full (:class:`InsufficientStorageError`, health ``degraded``); reads go on.
 
 Work lives in the layers; this module wires it. The engine's state and call checks are
-:class:`~api._core.EngineCore`; topic administration (:mod:`api._admin`) and consuming
-(:mod:`api._consume`) are its parts; recovery is :mod:`api._recovery`, background
-upkeep :mod:`api._maintenance`, statistics :mod:`api._stats`, and the handles it returns
-:mod:`api._handles`. This module keeps lifecycle, task ownership, producing and
-transactions.
+:class:`~api._core.EngineCore`; producing (:mod:`api._produce`), topic administration
+(:mod:`api._admin`) and consuming (:mod:`api._consume`) are its parts; recovery is
+:mod:`api._recovery`, background upkeep :mod:`api._maintenance`, statistics
+:mod:`api._stats`, and the handles it returns :mod:`api._handles`. This module keeps
+lifecycle, task ownership and transactions.
 """
 
 from __future__ import annotations
@@ -32,13 +32,9 @@ from ledger import (
     ClosedError,
     FencedError,
     InvalidArgumentError,
-    OutgoingMessage,
-    Position,
     Store,
-    TooLargeError,
     TxnId,
     WriteBatch,
-    encode_value,
 )
 from snapshots import is_due, prepare_snapshot
 from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
@@ -46,10 +42,11 @@ from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 from ._admin import TopicAdmin
 from ._config import EngineConfig
 from ._consume import Consuming
-from ._core import EngineState, Health, ProduceResult, check_values
+from ._core import EngineState, Health
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._offload import Offloading
+from ._produce import Producing
 from ._recovery import load_topics, reconcile
 
 log = logging.getLogger("txnstream.engine")
@@ -57,27 +54,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-def _check_message(
-    message: OutgoingMessage, limit: int
-) -> tuple[str | None, bytes, dict[str, str]]:
-    if not isinstance(message, OutgoingMessage):
-        raise InvalidArgumentError("messages must be OutgoingMessage instances")
-    key, properties = message.key, message.properties
-    if key is not None and not isinstance(key, str):
-        raise InvalidArgumentError("a message key must be a string or None")
-    if properties is None:
-        properties = {}
-    if not isinstance(properties, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
-    ):
-        raise InvalidArgumentError("message properties must be a dict of str to str")
-    packed = encode_value(message.value)
-    if len(packed) > limit:
-        raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
-    return key, packed, dict(properties)
-
-
-class Engine(TopicAdmin, Consuming, Offloading):
+class Engine(Producing, TopicAdmin, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -295,109 +272,6 @@ class Engine(TopicAdmin, Consuming, Offloading):
             if record.timed_out:
                 self.metrics.txns_timed_out.inc()
 
-    # -- producing -----------------------------------------------------------------
-
-    async def produce(
-        self,
-        topic: str,
-        messages: Sequence[OutgoingMessage],
-        *,
-        txn: TxnId | str | None = None,
-        producer: str | None = None,
-        sequence: int | None = None,
-    ) -> ProduceResult:
-        """Append ``messages`` atomically; durable when this returns.
-
-        With ``producer`` and ``sequence`` (the first message's sequence number), a
-        batch at or below the producer's last stored sequence is a duplicate: nothing is
-        appended and the original positions are returned if known. With ``txn`` the
-        messages belong to that open transaction.
-        """
-        self._topic(topic)
-        if (producer is None) != (sequence is None):
-            raise InvalidArgumentError("producer and sequence go together")
-        if producer is not None and (not isinstance(producer, str) or not 0 < len(producer) <= 200):
-            raise InvalidArgumentError("producer must be a non-empty string of at most 200 chars")
-        if sequence is not None and (
-            isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
-        ):
-            raise InvalidArgumentError("sequence must be a non-negative integer")
-        result = await self._append(topic, messages, txn, producer, sequence, wait=True)
-        if isinstance(result, ProduceResult):
-            return result
-        positions, done = result
-        assert done is not None  # wait=True always hands back the batch's future
-        await done
-        return ProduceResult(positions, False)
-
-    async def send_in_txn(
-        self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId
-    ) -> list[Position]:
-        """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
-        them durable)."""
-        result = await self._append(topic, messages, txn, None, None, wait=False)
-        assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
-        return result[0]
-
-    async def _append(
-        self,
-        topic_name: str,
-        messages: Sequence[OutgoingMessage],
-        txn: TxnId | str | None,
-        producer: str | None,
-        sequence: int | None,
-        *,
-        wait: bool,
-    ) -> ProduceResult | tuple[list[Position], asyncio.Future[None] | None]:
-        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
-            raise InvalidArgumentError("messages must be a non-empty list")
-        limit = self.config.max_message_bytes
-        encoded = [_check_message(m, limit) for m in messages]
-        store = self.store
-        store.check_space()
-        if store.over_limit or store.failure is not None:
-            await store.wait_writable()
-        # Nothing below awaits: positions are assigned and submitted in one step.
-        topic = self._topic(topic_name)
-        if producer is not None and sequence is not None:
-            duplicate = topic.duplicate_of(producer, sequence)
-            if duplicate is not None:
-                return ProduceResult(duplicate, True)
-        batch = WriteBatch()
-        txn_id = None
-        if txn is not None:
-            record = self._check_txn(txn)
-            self.coordinator.register_topic(batch, record, topic_name)
-            txn_id = record.txn_id
-        positions = topic.prepare_data(batch, encoded, txn_id)
-        if producer is not None and sequence is not None:
-            topic.record_producer(batch, producer, sequence, positions)
-        done = self.store.submit(batch, wait=wait)
-        counter = self._messages_in.get(topic_name)
-        if counter is None:
-            counter = self._messages_in[topic_name] = self.metrics.messages_in.labels(topic_name)
-        counter.inc(len(positions))
-        return positions, done
-
-    async def send(
-        self,
-        topic: str,
-        value: Any,
-        *,
-        key: str | None = None,
-        properties: dict[str, str] | None = None,
-    ) -> Position:
-        """Append one message; returns its position once it is durable."""
-        result = await self.produce(topic, [OutgoingMessage(value, key, properties or {})])
-        return result.positions[0]
-
-    async def send_many(
-        self, topic: str, values: Sequence[Any], *, key: str | None = None
-    ) -> list[Position]:
-        """Append several messages as one atomic, durable batch."""
-        messages = [OutgoingMessage(v, key) for v in check_values(values)]
-        return (await self.produce(topic, messages)).positions
-
     # -- transactions --------------------------------------------------------------
 
     async def begin(
@@ -443,7 +317,7 @@ class Engine(TopicAdmin, Consuming, Offloading):
             self.metrics.fenced_requests.inc()
             raise
         self.metrics.commit_latency.observe(time.perf_counter() - started)
-        return record.info()
+        return await self.coordinator.read_info(record)
 
     async def abort(self, txn: TxnId | str) -> TxnInfo:
         """Abort; returns once the decision and every topic's marker are durable."""
@@ -453,12 +327,12 @@ class Engine(TopicAdmin, Consuming, Offloading):
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
-        return record.info()
+        return await self.coordinator.read_info(record)
 
     async def get_transaction(self, txn: TxnId | str) -> TxnInfo:
         """The transaction's current state, label and topics."""
         self._check_open()
-        return self.coordinator.get(txn).info()
+        return await self.coordinator.read_info(self.coordinator.get(txn))
 
     async def transactions(
         self,

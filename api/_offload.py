@@ -128,8 +128,7 @@ class Offloading(EngineCore):
                     if isinstance(exc, RemoteStorageError):
                         raise
                     raise RemoteStorageError(
-                        f"offloading ledger {info.ledger_id} of topic {topic.name!r}"
-                        f" failed: {exc}"
+                        f"offloading ledger {info.ledger_id} of topic {topic.name!r} failed: {exc}"
                     ) from exc
                 if not offloaded:
                     break

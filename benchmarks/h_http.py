@@ -10,7 +10,7 @@ Servers (real uvicorn processes on a free loopback port, killed in ``finally``):
   --log-level warning`` (default durability ``full``), a fresh data directory per run;
 * H0: ``python -m uvicorn benchmarks.h0_app:app --host 127.0.0.1 --port P --log-level
   warning --no-access-log --timeout-keep-alive 30``: the uvicorn settings ``serve`` uses
-  (``api/_cli.py::_make_server``: access log off, keep-alive 30 s; the same asyncio loop
+  (``api/cli/_serve.py::make_server``: access log off, keep-alive 30 s; the same asyncio loop
   and h11 parser are picked by ``auto`` as uvloop/httptools are not installed).
 
 Load generator: this process, 64 workers pulling operations from a shared counter, each

@@ -20,6 +20,7 @@ from ._errors import (
     ConsumerBusyError,
     CorruptEntryError,
     DataDirLockedError,
+    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -37,7 +38,9 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
+    TxnStreamHttpError,
     TxnStreamSourceError,
+    TxnStreamTransportError,
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
@@ -65,6 +68,7 @@ __all__ = [
     "DB_FILE",
     "DataDirLockedError",
     "DirectoryLock",
+    "DrillError",
     "EngineError",
     "EngineFailedError",
     "Entry",
@@ -96,7 +100,9 @@ __all__ = [
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
+    "TxnStreamHttpError",
     "TxnStreamSourceError",
+    "TxnStreamTransportError",
     "WriteBatch",
     "decode_payload",
     "encode_payload",

@@ -50,6 +50,8 @@ def validate_name(name: Any, what: str = "topic") -> str:
         )
     if name.startswith("__"):
         raise InvalidArgumentError(f"{what} names starting with '__' are reserved")
+    if name in (".", ".."):  # they cannot be reached in a URL path
+        raise InvalidArgumentError(f"{what} names '.' and '..' are not allowed")
     return name
 
 

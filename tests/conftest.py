@@ -1,9 +1,5 @@
-"""Shared fixtures: a fresh engine on a fresh data directory for every test.
-
-``live_server`` is one real uvicorn server per test session, run by
-``api._cli._make_server`` (the same lifespan as ``txnstream serve``) in a background
-thread with its own event loop and a fresh data directory; the HTTP and the CLI tests
-share it and isolate themselves with unique names (``name``).
+"""Shared fixtures: a fresh engine on a fresh data directory for every test, and one live
+server per session (started on first use) for the client and CLI tests.
 
 ``s3_server`` is one real SeaweedFS S3 server per test session (started on first use,
 ``tests/objectstore.py``), with the ``AWS_*`` environment pointing at it for the
@@ -14,19 +10,16 @@ against a fresh prefix of that S3 server.
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from objectstore import SeaweedFS, start_seaweedfs
-from support import free_port, wait_for
+from support import running_server
 
 from api import Engine, EngineConfig
-from api._cli import _make_server
 
 # Deterministic property tests in CI and locally: the same examples every run.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
@@ -45,34 +38,17 @@ async def engine(data_dir: Path) -> AsyncIterator[Engine]:
         yield opened
 
 
-@dataclass
-class LiveServer:
-    """A server running in this process; ``url`` is its base URL."""
-
-    url: str
-    data: Path
-
-
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    data = tmp_path_factory.mktemp("live-data")
-    port = free_port()
-    server = _make_server(data, "127.0.0.1", port, log_level="warning")
-    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
-    assert server.started, "the live server failed to start"
-    try:
-        yield LiveServer(f"http://127.0.0.1:{port}", data)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=40)
-        assert not thread.is_alive(), "the live server did not stop"
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a server shared by the session; tests isolate themselves by name."""
+    with running_server(tmp_path_factory.mktemp("live-data")) as url:
+        yield url
 
 
 @pytest.fixture
-def base_url(live_server: LiveServer) -> str:
-    return live_server.url
+def base_url(server_url: str) -> str:
+    """The session server's base URL (the HTTP tests' name for it)."""
+    return server_url
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""The one support module of the tests: bounded waits, free ports, draining subscriptions."""
+"""The one support module of the tests: bounded waits, free ports, live servers, draining."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
@@ -50,6 +51,29 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running_server(data: Path) -> Iterator[str]:
+    """A ``txnstream serve`` server over ``data`` on a free loopback port; yields its URL.
+
+    Made by ``api.cli.make_server`` (the lifespan of ``serve``) and run in a background
+    thread with its own event loop; stopped (and the engine closed) on exit.
+    """
+    from api.cli import make_server
+
+    port = free_port()
+    server = make_server(data, "127.0.0.1", port, log_level="warning")
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
+    assert server.started, "the live server failed to start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=40)
+        assert not thread.is_alive(), "the live server did not stop"
 
 
 async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:

@@ -40,7 +40,9 @@ DOCUMENTED_API = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "DB_FILE",
     "DataDirLockedError",
+    "DrillError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -68,6 +70,7 @@ DOCUMENTED_API = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -75,7 +78,10 @@ DOCUMENTED_API = [
     "TxnNotFoundError",
     "TxnNotOpenError",
     "TxnState",
+    "TxnStreamHttpError",
     "TxnStreamSourceError",
+    "TxnStreamTransportError",
+    "replay_check",
     "validate_name",
 ]
 

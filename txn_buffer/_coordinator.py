@@ -18,6 +18,12 @@ durable no later than anything the transaction wrote, and a short transaction co
 row writes that ride its own group commit. A transaction that wrote nothing yet has no
 row; a crash forgets it (nothing of it is durable), a clean ``close()`` writes it.
 Transaction ids come from blocks reserved in ``meta``, so none is ever reused.
+
+Memory stays O(open transactions): an ended transaction keeps its full record only
+while it is among the newest ``ended_in_memory`` to end; after that only its outcome
+survives, as one small int (committed?, fenced?, reason) — all that an idempotent
+commit or abort needs — for the newest ``outcomes_kept``. A GET of such a transaction
+reads its row (kept ``ended_retention`` seconds) for the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -106,6 +113,8 @@ class TxnRecord:
     ended_ms: int | None = None
     reason: str | None = None
     persisted: bool = False
+    compact: bool = False
+    """Rebuilt from a kept outcome: state, fenced and reason are real, the rest is not."""
 
     @property
     def timed_out(self) -> bool:
@@ -154,6 +163,8 @@ class Coordinator:
         default_timeout: float,
         max_timeout: float,
         ended_retention: float,
+        ended_in_memory: int = 10_000,
+        outcomes_kept: int = 200_000,
     ) -> None:
         self._store = store
         self._resolve_topic = resolve_topic
@@ -168,6 +179,10 @@ class Coordinator:
         self._deadlines: list[tuple[int, int]] = []
         self._deadline_changed = asyncio.Event()
         self._finish_keys: set[str] = set()
+        self._ended: deque[int] = deque()  # full ended records, oldest end first
+        self._ended_in_memory = ended_in_memory
+        self._outcomes: dict[int, int] = {}  # seq -> _outcome_code(), oldest first
+        self._outcomes_kept = outcomes_kept
         self.ack_participant: AckParticipant | None = None
         self.on_ended: Callable[[TxnRecord, bool], None] | None = None
 
@@ -185,6 +200,8 @@ class Coordinator:
             " WHERE state = 'open' OR ended_ms >= ? ORDER BY seq",
             (horizon,),
         )
+        # the newest ended ones come back in full, older ones as outcomes only
+        compact_left = sum(1 for row in rows if row[1] != "open") - self._ended_in_memory
         for (
             seq,
             state,
@@ -199,6 +216,11 @@ class Coordinator:
             ended,
             reason,
         ) in rows:
+            if state != "open" and compact_left > 0:  # an outcome is enough (rows keep the rest)
+                compact_left -= 1
+                self._keep_outcome(seq, TxnState(state) is TxnState.COMMITTED, fenced, reason)
+                self._next_seq = max(self._next_seq, seq + 1)
+                continue
             record = TxnRecord(
                 TxnId(seq),
                 TxnState(state),
@@ -219,6 +241,8 @@ class Coordinator:
                 self._holders[tid] = record
             if record.state is TxnState.OPEN:
                 heapq.heappush(self._deadlines, (deadline_ms, seq))
+            else:
+                self._ended.append(seq)
             self._next_seq = max(self._next_seq, seq + 1)
         rows = await self._store.read("SELECT key FROM finish_keys")
         self._finish_keys = {key for (key,) in rows}
@@ -233,8 +257,45 @@ class Coordinator:
             raise TxnNotFoundError(f"transaction {txn_id!r} not found") from None
         record = self._txns.get(seq)
         if record is None:
-            raise TxnNotFoundError(f"transaction {txn_id} not found")
+            code = self._outcomes.get(seq)
+            if code is None:
+                raise TxnNotFoundError(f"transaction {txn_id} not found")
+            return _from_outcome(seq, code)
         return record
+
+    async def read_info(self, record: TxnRecord) -> TxnInfo:
+        """The full info of a transaction, reading its row when only its outcome is kept."""
+        if not record.compact:
+            return record.info()
+        rows = await self._store.read(
+            "SELECT timeout_ms, deadline_ms, label, topics, created_ms FROM txns WHERE seq = ?",
+            (record.txn_id.seq,),
+        )
+        if rows:
+            timeout_ms, deadline_ms, label, topics, created_ms = rows[0]
+            record.timeout_ms, record.deadline_ms, record.label = timeout_ms, deadline_ms, label
+            record.topics, record.created_ms = dict.fromkeys(unpack(topics)), created_ms
+        return record.info()
+
+    def _keep_outcome(self, seq: int, committed: bool, fenced: bool, reason: str | None) -> None:
+        self._outcomes[seq] = _outcome_code(committed, fenced, reason)
+        while len(self._outcomes) > self._outcomes_kept:
+            del self._outcomes[next(iter(self._outcomes))]
+
+    def _retire(self, record: TxnRecord) -> None:
+        """An ended record: drop what no end needs, and keep only the newest in full."""
+        record.acks = []
+        self._ended.append(record.txn_id.seq)
+        while len(self._ended) > self._ended_in_memory:
+            seq = self._ended.popleft()
+            old = self._txns.get(seq)
+            if old is None or not old.state.is_ended:
+                continue
+            del self._txns[seq]
+            tid = old.transactional_id
+            if tid is not None and self._holders.get(tid) is old:
+                del self._holders[tid]
+            self._keep_outcome(seq, old.state is TxnState.COMMITTED, old.fenced, old.reason)
 
     def records(self) -> Iterable[TxnRecord]:
         """Every known record (open and recently ended)."""
@@ -270,7 +331,7 @@ class Coordinator:
                 label_prefix is None
                 or (record.label is not None and record.label.startswith(label_prefix))
             )
-            and (born_before is None or record.created_ms < born_before)
+            and (born_before is None or record.created_ms <= born_before)
         ]
 
     def open_records(self) -> list[TxnRecord]:
@@ -490,7 +551,7 @@ class Coordinator:
         to_commit = [self.get(t) for t in commit]
         to_abort = [self.get(t) for t in abort]
         everyone = [*to_commit, *to_abort]
-        if len({id(r) for r in everyone}) != len(everyone):
+        if len({r.txn_id.seq for r in everyone}) != len(everyone):
             raise InvalidArgumentError("a transaction is listed more than once")
         if idempotence_key is not None and idempotence_key in self._finish_keys:
             still_open = [r for r in everyone if r.state is TxnState.OPEN]
@@ -575,6 +636,7 @@ class Coordinator:
             record.ended_ms = ended
             if self.on_ended is not None:
                 self.on_ended(record, commit)
+            self._retire(record)
 
         batch.on_durable(decided)
 
@@ -635,3 +697,19 @@ def _not_open(record: TxnRecord) -> str:
             " and was aborted"
         )
     return f"transaction {record.txn_id} is {record.state}"
+
+
+_REASON_CODES = {reason: i + 1 for i, reason in enumerate(REASONS)}
+
+
+def _outcome_code(committed: bool, fenced: bool, reason: str | None) -> int:
+    """One small int: bit 0 committed, bit 1 fenced, the rest the reason's index + 1."""
+    return int(committed) | int(fenced) << 1 | _REASON_CODES.get(reason or "", 0) << 2
+
+
+def _from_outcome(seq: int, code: int) -> TxnRecord:
+    reason = REASONS[(code >> 2) - 1] if code >> 2 else None
+    state = TxnState.COMMITTED if code & 1 else TxnState.ABORTED
+    record = TxnRecord(TxnId(seq), state, 0, 0, None, None, 0, bool(code & 2), reason=reason)
+    record.compact = True
+    return record

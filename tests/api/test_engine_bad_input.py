@@ -20,7 +20,18 @@ from api import (
     TopicNotFoundError,
 )
 
-BAD_NAMES: list[Any] = ["", "has space", "slash/name", "x" * 201, "ünïcode", "a:b", 5, None]
+BAD_NAMES: list[Any] = [
+    "",
+    "has space",
+    "slash/name",
+    "x" * 201,
+    "ünïcode",
+    "a:b",
+    ".",
+    "..",
+    5,
+    None,
+]
 RESERVED = ["__internal", "__"]
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the HTTP tests (the session's ``live_server`` is in ``tests/conftest.py``).
+"""Fixtures for the HTTP tests (the session server, ``server_url``, is in ``tests/conftest.py``).
 
 - ``client``: an ``httpx.AsyncClient`` on the live server.
 - ``ServeProcess``: a real ``python -m api serve`` subprocess, for restart and SIGTERM

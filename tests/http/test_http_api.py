@@ -1,4 +1,4 @@
-"""HTTP_API.md happy paths against a real uvicorn server (``live_server``)."""
+"""HTTP_API.md happy paths against a real uvicorn server (the session server, ``server_url``)."""
 
 from __future__ import annotations
 

@@ -23,9 +23,14 @@ class Harness:
     """A store, two topics and a coordinator on one data file; reopenable."""
 
     def __init__(
-        self, path: Path, ended_retention: float = 3600.0, synchronous: str = "FULL"
+        self,
+        path: Path,
+        ended_retention: float = 3600.0,
+        synchronous: str = "FULL",
+        **limits: int,
     ) -> None:
         self.path = path
+        self.limits = limits  # ended_in_memory, outcomes_kept
         self.ended_retention = ended_retention
         self.synchronous = synchronous
         self.ended: list[tuple[str, bool]] = []
@@ -54,6 +59,7 @@ class Harness:
             default_timeout=LONG,
             max_timeout=2 * LONG,
             ended_retention=self.ended_retention,
+            **self.limits,
         )
         self.coordinator.on_ended = lambda r, committed: self.ended.append(
             (str(r.txn_id), committed)

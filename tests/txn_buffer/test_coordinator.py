@@ -503,3 +503,36 @@ async def test_load_restores_the_transaction_log(harness: Harness, coord: Coordi
     assert loaded.fenced
     assert loaded.state is TxnState.ABORTED
     assert (await harness.log("a"))[-1] == ("abort", open_txn.txn_id.seq)
+
+
+async def test_ended_transactions_keep_little_memory_and_still_end_idempotently(
+    path: Path,
+) -> None:
+    harness = Harness(path, ended_in_memory=3, outcomes_kept=5)
+    coord = await harness.open()
+    try:
+        ended = []
+        for n in range(10):
+            record = coord.begin(label=f"job:{n}", transactional_id=f"w{n}")
+            await harness.send(record, "a", n)
+            await (coord.commit if n % 2 else coord.abort)(record.txn_id)
+            ended.append(record.txn_id)
+        full = [r for r in coord.records() if r.state.is_ended]
+        assert [r.txn_id for r in full] == ended[-3:]
+        assert all(not r.acks for r in full)
+        for n, txn in enumerate(ended[2:], start=2):  # 3 in full + 5 outcomes
+            again = await (coord.commit if n % 2 else coord.abort)(txn)
+            assert again.state == ("committed" if n % 2 else "aborted")
+            info = await coord.read_info(coord.get(txn))  # the rest comes from its row
+            assert (info.label, info.topics, info.reason) == (f"job:{n}", ["a"], "client")
+            assert info.timeout_ms == int(LONG * 1000)
+        with pytest.raises(TxnNotOpenError):
+            await coord.commit(ended[4])  # aborted, known by its outcome alone
+        for txn in ended[:2]:
+            with pytest.raises(TxnNotFoundError):
+                coord.get(txn)
+        coord = await harness.reopen()  # a restart loads the same tiers
+        assert [r.txn_id for r in coord.records() if r.state.is_ended] == ended[-3:]
+        assert coord.get(ended[5]).state == "committed"
+    finally:
+        await harness.store.close()

@@ -13,7 +13,7 @@ import pytest
 from drill_support import REPO, drill, make_data, rows, sql
 
 import snapshots._store as snapshot_store
-from api._drills import replay_directory
+from api import replay_check
 from ledger import TxnId
 from snapshots import TxnBufferSnapshot
 from txn_buffer import OpenTxn
@@ -36,7 +36,7 @@ def test_replay_reports_equal_states_from_snapshot(data: Path) -> None:
     assert len(rows) == 2
     assert all(row.rstrip().endswith("yes  │") for row in rows), rows
     assert "none (full)" not in result.stdout  # both topics recovered from a snapshot
-    results = {r.topic: r for r in asyncio.run(replay_directory(data))}
+    results = {r.topic: r for r in asyncio.run(replay_check(data))}
     a = results["a"]
     assert a.equal
     assert a.from_snapshot
@@ -119,7 +119,7 @@ def test_snapshot_command_takes_one_and_shows_it(data: Path) -> None:
     assert shown["position"] != shown["stable position"]  # the open txn holds it back
     assert int(shown["snapshot bytes"]) > 0
     # the new snapshot covers the whole log: recovery replays nothing after it
-    a = next(r for r in asyncio.run(replay_directory(data)) if r.topic == "a")
+    a = next(r for r in asyncio.run(replay_check(data)) if r.topic == "a")
     assert a.from_snapshot
     assert a.equal
     assert str(a.snapshot_position) == shown["position"]
@@ -133,7 +133,7 @@ def test_snapshot_command_unknown_topic(data: Path) -> None:
 
 
 def test_console_entry_point_registers_the_drills(data: Path) -> None:
-    """`python -m api drill replay` works: `_EXTENSIONS` wires the group into `main`."""
+    """`python -m api drill replay` works: the drill group is part of `main`'s app."""
     proc = subprocess.run(
         [sys.executable, "-m", "api", "drill", "replay", "--data", str(data)],
         capture_output=True,

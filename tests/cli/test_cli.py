@@ -1,4 +1,4 @@
-"""The ``txnstream`` command end to end: subprocesses against the live server."""
+"""The ``txnstream`` command end to end: subprocesses against a live server."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def cli(base_url: str) -> Any:
+def cli(server_url: str) -> Any:
     """Run ``python -m api ARGS`` with TXNSTREAM_URL pointing at the live server."""
 
     def run(
         *args: str, stdin: str | None = None, ok: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "TXNSTREAM_URL": base_url, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "TXNSTREAM_URL": server_url, "PYTHONPATH": str(REPO)}
         proc = subprocess.run(
             [sys.executable, "-m", "api", *args],
             input=stdin,
@@ -125,7 +125,7 @@ def test_transaction_commands(cli: Any, name: str) -> None:
     assert "txn_not_open" in failed.stderr
 
 
-def test_client_errors(cli: Any, base_url: str) -> None:
+def test_client_errors(cli: Any) -> None:
     bad = cli("topics", "create", "__system", ok=False)
     assert bad.returncode == 1
     assert "invalid_request" in bad.stderr

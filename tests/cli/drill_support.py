@@ -8,10 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-import api._drills  # noqa: F401 - registers `txnstream drill ...`
-from api import Engine, EngineConfig, OutgoingMessage
-from api._cli import app
-from api._engine import DB_FILE
+from api import DB_FILE, Engine, EngineConfig, OutgoingMessage
+from api.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = EngineConfig(ledger_max_entries=10, snapshot_interval=3600.0)

@@ -1,0 +1,199 @@
+"""Producing: plain, idempotent, pipelined-transactional and multi-topic atomic appends.
+
+Every append is *prepared* into one :class:`~ledger.WriteBatch` with no ``await`` in
+between (positions are assigned in call order and reach the writer in that order) and
+is durable when the batch is; see :mod:`ledger._store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from ledger import (
+    InvalidArgumentError,
+    OutgoingMessage,
+    Position,
+    TooLargeError,
+    TxnId,
+    WriteBatch,
+    encode_value,
+)
+
+from ._core import EngineCore, ProduceResult, check_values
+
+
+def _check_message(
+    message: OutgoingMessage, limit: int
+) -> tuple[str | None, bytes, dict[str, str]]:
+    if not isinstance(message, OutgoingMessage):
+        raise InvalidArgumentError("messages must be OutgoingMessage instances")
+    key, properties = message.key, message.properties
+    if key is not None and not isinstance(key, str):
+        raise InvalidArgumentError("a message key must be a string or None")
+    if properties is None:
+        properties = {}
+    if not isinstance(properties, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise InvalidArgumentError("message properties must be a dict of str to str")
+    try:  # a lone surrogate cannot be stored: refuse it before anything is prepared
+        if key is not None:
+            key.encode()
+        for name, text in properties.items():
+            name.encode()
+            text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"a message key or property is not valid text: {exc}") from None
+    packed = encode_value(message.value)
+    if len(packed) > limit:
+        raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
+    return key, packed, dict(properties)
+
+
+class Producing(EngineCore):
+    """The engine's producing side (a part of :class:`~api.Engine`)."""
+
+    async def produce(
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        *,
+        txn: TxnId | str | None = None,
+        producer: str | None = None,
+        sequence: int | None = None,
+    ) -> ProduceResult:
+        """Append ``messages`` atomically; durable when this returns.
+
+        With ``producer`` and ``sequence`` (the first message's sequence number), a
+        batch at or below the producer's last stored sequence is a duplicate: nothing is
+        appended and the original positions are returned if known. With ``txn`` the
+        messages belong to that open transaction.
+        """
+        self._topic(topic)
+        if (producer is None) != (sequence is None):
+            raise InvalidArgumentError("producer and sequence go together")
+        if producer is not None and (not isinstance(producer, str) or not 0 < len(producer) <= 200):
+            raise InvalidArgumentError("producer must be a non-empty string of at most 200 chars")
+        if sequence is not None and (
+            isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
+        ):
+            raise InvalidArgumentError("sequence must be a non-negative integer")
+        result = await self._append(topic, messages, txn, producer, sequence, wait=True)
+        if isinstance(result, ProduceResult):
+            return result
+        positions, done = result
+        assert done is not None  # wait=True always hands back the batch's future
+        await done
+        return ProduceResult(positions, False)
+
+    async def send_in_txn(
+        self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId
+    ) -> list[Position]:
+        """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
+        them durable)."""
+        result = await self._append(topic, messages, txn, None, None, wait=False)
+        assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
+        return result[0]
+
+    async def _append(
+        self,
+        topic_name: str,
+        messages: Sequence[OutgoingMessage],
+        txn: TxnId | str | None,
+        producer: str | None,
+        sequence: int | None,
+        *,
+        wait: bool,
+    ) -> ProduceResult | tuple[list[Position], asyncio.Future[None] | None]:
+        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
+            raise InvalidArgumentError("messages must be a non-empty list")
+        limit = self.config.max_message_bytes
+        encoded = [_check_message(m, limit) for m in messages]
+        store = self.store
+        store.check_space()
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+        # Nothing below awaits: positions are assigned and submitted in one step.
+        topic = self._topic(topic_name)
+        if producer is not None and sequence is not None:
+            duplicate = topic.duplicate_of(producer, sequence)
+            if duplicate is not None:
+                return ProduceResult(duplicate, True)
+        batch = WriteBatch()
+        txn_id = None
+        if txn is not None:
+            record = self._check_txn(txn)
+            self.coordinator.register_topic(batch, record, topic_name)
+            txn_id = record.txn_id
+        positions = topic.prepare_data(batch, encoded, txn_id)
+        if producer is not None and sequence is not None:
+            topic.record_producer(batch, producer, sequence, positions)
+        done = self.store.submit(batch, wait=wait)
+        self._count_in(topic_name, len(positions))
+        return positions, done
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> Position:
+        """Append one message; returns its position once it is durable."""
+        result = await self.produce(topic, [OutgoingMessage(value, key, properties or {})])
+        return result.positions[0]
+
+    async def send_many(
+        self, topic: str, values: Sequence[Any], *, key: str | None = None
+    ) -> list[Position]:
+        """Append several messages as one atomic, durable batch."""
+        messages = [OutgoingMessage(v, key) for v in check_values(values)]
+        return (await self.produce(topic, messages)).positions
+
+    async def send_batch(
+        self, items: Sequence[tuple[str, Any] | tuple[str, OutgoingMessage]]
+    ) -> list[Position]:
+        """Append to several topics atomically, without a transaction; durable on return.
+
+        ``items`` are ``(topic, value)`` or ``(topic, OutgoingMessage)`` pairs; the
+        positions come back in the same order. Every topic must exist
+        (:class:`TopicNotFoundError` otherwise) and nothing is stored unless all is.
+        """
+        if isinstance(items, str | bytes | dict) or not isinstance(items, Sequence) or not items:
+            raise InvalidArgumentError("items must be a non-empty list of (topic, value) pairs")
+        groups: dict[str, list[tuple[int, OutgoingMessage]]] = {}
+        for index, item in enumerate(items):
+            if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str):
+                raise InvalidArgumentError(f"item {index} is not a (topic, value) pair")
+            name, value = item
+            message = value if isinstance(value, OutgoingMessage) else OutgoingMessage(value)
+            groups.setdefault(name, []).append((index, message))
+        for name in groups:
+            self._topic(name)  # every topic exists before anything is encoded
+        limit = self.config.max_message_bytes
+        encoded = {t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()}
+        store = self.store
+        store.check_space()
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+        # Nothing below awaits: one batch, so all topics' entries are durable together.
+        batch = WriteBatch()
+        positions: list[Position | None] = [None] * len(items)
+        for topic_name, group in groups.items():
+            topic = self._topic(topic_name)
+            for (index, _), position in zip(
+                group, topic.prepare_data(batch, encoded[topic_name], None), strict=True
+            ):
+                positions[index] = position
+            self._count_in(topic_name, len(group))
+        await store.write(batch)
+        return [p for p in positions if p is not None]
+
+    def _count_in(self, topic: str, count: int) -> None:
+        counter = self._messages_in.get(topic)
+        if counter is None:
+            counter = self._messages_in[topic] = self.metrics.messages_in.labels(topic)
+        counter.inc(count)

@@ -1,0 +1,32 @@
+"""What the drills share: the ``--data`` option and the two rich consoles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+DataOption = Annotated[
+    Path,
+    typer.Option(
+        "--data",
+        help="Data directory. replay/snapshot: one no server is using.",
+        file_okay=False,
+    ),
+]
+
+
+def consoles() -> tuple[Console, Console]:
+    """stdout for results (wide when not a terminal, so tables do not fold), stderr for bars."""
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out = Console(highlight=False, width=max(out.width, 160))
+    return out, Console(stderr=True, highlight=False)
+
+
+def yes(ok: bool) -> Text:
+    """A table cell: green ``yes`` or red ``NO``."""
+    return Text("yes", style="green") if ok else Text("NO", style="bold red")

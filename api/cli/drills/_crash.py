@@ -1,0 +1,238 @@
+"""``txnstream drill crash``: kill a real server under load, then check the history.
+
+The drill owns its ``serve`` child (``_server``) and kills it on the way out, whatever
+happens; the workload (``_workload``) records into a ``History`` and ``_history`` checks
+it. This module runs the pieces in order and prints the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import secrets
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from api import DrillError, TopicReplay, replay_check
+
+from ._console import DataOption, consoles, yes
+from ._history import History, check_history
+from ._server import ServerChild
+from ._workload import Workload
+
+
+class _CrashDrill:
+    """One run of ``drill crash``: server child, workload, replay check and report."""
+
+    def __init__(
+        self,
+        data: Path,
+        *,
+        duration: float,
+        kills: int,
+        seed: int,
+        topics: int,
+        producers: int,
+        out: Console,
+        err: Console,
+    ) -> None:
+        self.data = data
+        self.duration = duration
+        self.kill_count = kills
+        self.seed = seed
+        self.producer_count = producers
+        self.out, self.err = out, err
+        self.run = f"drill-{secrets.token_hex(3)}"
+        self.topics = [f"{self.run}-{i}" for i in range(topics)]
+        self.child = ServerChild(data, data / "drill-serve.log")
+        self.history = History()
+        self.replay: list[TopicReplay] = []
+        self.stop_status: int | None = None
+
+    async def execute(self, report_path: Path | None) -> int:
+        """Run the whole drill; returns the exit status (0 when every check passed).
+
+        SIGTERM and SIGHUP cancel it like Ctrl-C does; either way the server child is
+        killed before this returns.
+        """
+        self.data.mkdir(parents=True, exist_ok=True)
+        budget = self.duration + 240 + 50 * self.kill_count
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+        signals: list[str] = []
+
+        def interrupt(sig: signal.Signals) -> None:
+            signals.append(sig.name)
+            if me is not None:
+                me.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, interrupt, sig)
+        workload = Workload(
+            self.child,
+            self.history,
+            run=self.run,
+            topics=self.topics,
+            seed=self.seed,
+            duration=self.duration,
+            kills=self.kill_count,
+            producers=self.producer_count,
+            err=self.err,
+        )
+        try:
+            async with asyncio.timeout(budget):
+                await self.child.start()
+                await workload.setup()
+                await workload.drive()
+                self.stop_status = await self.child.stop()
+        except TimeoutError:
+            raise DrillError(f"the drill overran its time budget of {budget:.0f} s") from None
+        except asyncio.CancelledError:
+            if not signals:
+                raise
+            raise DrillError(f"stopped by {signals[0]}") from None
+        finally:
+            if self.child.alive():
+                self.child.kill()
+            await self.child.close_clients()
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        with self.err.status("comparing snapshot recovery with a full replay"):
+            self.replay = await replay_check(self.data)
+        return self.report(report_path)
+
+    def _counts(self) -> list[tuple[str, str]]:
+        h = self.history
+        outcomes = Counter(t.outcome for t in h.txns)
+        reasons = Counter(t.reason for t in h.txns if t.outcome == "abandoned")
+        redeliveries = len(h.deliveries) - len({d.id for d in h.deliveries})
+        restart = (
+            f" (restart {min(h.restart_seconds):.1f}-{max(h.restart_seconds):.1f} s)"
+            if h.restart_seconds
+            else ""
+        )
+        stop = {0: "clean", -signal.SIGTERM: "clean (SIGTERM)"}.get(
+            self.stop_status if self.stop_status is not None else 1, f"status {self.stop_status}"
+        )
+        return [
+            ("kills (SIGKILL)", f"{h.kills}{restart}"),
+            ("topics / txn producers", f"{len(self.topics)} / {self.producer_count}"),
+            ("txns committed", str(outcomes["committed"])),
+            ("txns aborted", str(outcomes["aborted"])),
+            (
+                "txns abandoned",
+                f"{outcomes['abandoned']} ("
+                + ", ".join(f"{n} {r}" for r, n in reasons.most_common())
+                + ")"
+                if reasons
+                else "0",
+            ),
+            ("txns unknown (commit died with the server)", str(outcomes["unknown"])),
+            ("begins lost with the server", str(h.begin_failures)),
+            ("messages produced", str(len(h.messages))),
+            ("messages committed", str(h.committed_count())),
+            (
+                "idempotent batches / resent / answered duplicate",
+                f"{h.idem_batches} / {h.idem_retries} / {h.idem_duplicates}",
+            ),
+            ("deliveries", str(len(h.deliveries))),
+            ("redeliveries (at-least-once)", str(redeliveries)),
+            ("consumer sessions", str(len({(d.topic, d.session) for d in h.deliveries}))),
+            ("entries in final fetch", str(sum(len(v) for v in h.log_entries.values()))),
+            ("server stop", stop),
+        ]
+
+    def report(self, path: Path | None = None) -> int:
+        """Print the counts and the checks (and write them to ``path`` as JSON).
+
+        Returns the exit status.
+        """
+        rows = self._counts()
+        counts = Table(title=f"crash drill {self.run} (seed {self.seed})", show_header=False)
+        counts.add_column("what")
+        counts.add_column("count", justify="right")
+        for name, value in rows:
+            counts.add_row(name, value)
+        self.out.print(counts)
+        checks = check_history(self.history, self.replay)
+        table = Table(title="checks")
+        table.add_column("check")
+        table.add_column("ok", justify="center")
+        table.add_column("detail")
+        for check in checks:
+            table.add_row(check.name, yes(check.ok), Text(check.detail))
+        self.out.print(table)
+        failed = [c.name for c in checks if not c.ok]
+        if path is not None:
+            document = {
+                "run": self.run,
+                "seed": self.seed,
+                "passed": not failed,
+                "counts": dict(rows),
+                "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
+            }
+            path.write_text(json.dumps(document, indent=2) + "\n")
+        if failed:
+            self.out.print(
+                f"result: FAILED {len(failed)} of {len(checks)} checks (seed {self.seed};"
+                f" server log {self.child.log_path})",
+                markup=False,
+            )
+            return 1
+        self.out.print(f"result: passed all {len(checks)} checks", markup=False)
+        return 0
+
+
+def crash_command(
+    data: DataOption,
+    duration: Annotated[
+        float, typer.Option(min=1.0, max=3600.0, help="Seconds of workload.")
+    ] = 30.0,
+    kills: Annotated[int, typer.Option(min=0, max=1000, help="SIGKILLs over the run.")] = 5,
+    seed: Annotated[
+        int | None, typer.Option(help="RNG seed (workload and kill schedule); default random.")
+    ] = None,
+    topics: Annotated[int, typer.Option(min=1, max=20, help="Topics.")] = 3,
+    producers: Annotated[int, typer.Option(min=1, max=32, help="Transactional producers.")] = 4,
+    report: Annotated[
+        Path | None, typer.Option(help="Also write the counts and checks here as JSON.")
+    ] = None,
+) -> None:
+    """Kill a real server under a transactional workload and check the recorded history.
+
+    Starts ``txnstream serve`` on a free loopback port over DATA (its log goes to
+    DATA/drill-serve.log), drives transactions (commit ~70%, abort ~20%, abandoned ~10%),
+    an idempotent producer and acking consumers over HTTP, SIGKILLs and restarts the
+    server KILLS times, then checks that nothing committed was lost, nothing aborted or
+    abandoned was delivered, nothing was redelivered after its ack, and order was kept.
+    Exits 1 if any check fails, 2 if the drill could not run.
+    """
+    out, err = consoles()
+    chosen = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    drill = _CrashDrill(
+        data,
+        duration=duration,
+        kills=kills,
+        seed=chosen,
+        topics=topics,
+        producers=producers,
+        out=out,
+        err=err,
+    )
+    err.print(
+        f"crash drill: {duration:g} s, {kills} kill(s), seed {chosen}, data {data}", markup=False
+    )
+    try:
+        status = asyncio.run(drill.execute(report))
+    except DrillError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    if status:
+        raise typer.Exit(status)

@@ -1,0 +1,375 @@
+"""The blocking :class:`Client` and the asyncio :class:`AsyncClient` of the HTTP API.
+
+Both send the calls of ``_calls`` and differ only in how they wait. Results are the
+answers' JSON bodies as HTTP_API.md describes them, unwrapped when the body is one list
+(topics, transactions, messages); ``create_topic`` and ``create_subscription`` say whether
+they created. A non-2xx answer raises :class:`~api.TxnStreamHttpError` (``status``,
+``code``, ``message``); no answer at all raises :class:`~api.TxnStreamTransportError`
+(code ``unavailable``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from . import _calls as calls
+from ._calls import Body, Call, PositionLike, answer, unreachable
+
+__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Client"]
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+"""60 s per request (a long poll waits at most 30 s), 5 s to connect."""
+
+
+class _Settings:
+    """The constructor both clients share; each opens its own kind of httpx client."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        trust_env: bool = True,
+    ) -> None:
+        self.url = url.rstrip("/")
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        self._open(base_url=self.url, timeout=timeout, headers=headers, trust_env=trust_env)
+
+    def _open(self, **options: Any) -> None:
+        raise NotImplementedError
+
+
+class Client(_Settings):
+    """Blocking client of one txnstream server at ``url``; use it as a context manager.
+
+    ``token`` is sent as ``Authorization: Bearer``; ``trust_env=False`` ignores proxy
+    settings of the environment (as httpx's own option does).
+    """
+
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.Client(**options)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections; the client cannot be used again."""
+        self._http.close()
+
+    def _send(self, call: Call[T]) -> T:
+        try:
+            response = self._http.request(
+                call.method, call.path, params=call.params, json=call.json
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        return call.read(response)
+
+    def request(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, json: Any = None
+    ) -> httpx.Response:
+        """Any request (e.g. ``GET /metrics``): its 2xx response, else the errors above."""
+        return self._send(Call(method, path, answer, dict(params or {}), json))
+
+    def health(self) -> Body:
+        """``GET /v1/health``: the body, also when 503 (``status`` is then not ``ok``)."""
+        return self._send(calls.health())
+
+    def create_topic(self, topic: str) -> bool:
+        """Create ``topic``; True if created, False if it existed."""
+        return self._send(calls.create_topic(topic))
+
+    def list_topics(self) -> list[str]:
+        """The names of every topic."""
+        return self._send(calls.list_topics())
+
+    def delete_topic(self, topic: str) -> Body:
+        """Delete ``topic`` with its data, subscriptions and snapshots."""
+        return self._send(calls.delete_topic(topic))
+
+    def stats(self, topic: str) -> Body:
+        """The stats body of ``topic`` (positions, counts, subscriptions)."""
+        return self._send(calls.stats(topic))
+
+    def produce(
+        self,
+        topic: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        txn: str | None = None,
+        producer: str | None = None,
+        sequence: int | None = None,
+    ) -> Body:
+        """Append ``messages`` (:func:`wire_message`) atomically: ``positions``, ``duplicate``."""
+        return self._send(calls.produce(topic, messages, txn, producer, sequence))
+
+    def begin(
+        self,
+        *,
+        timeout_ms: int | None = None,
+        label: str | None = None,
+        transactional_id: str | None = None,
+    ) -> Body:
+        """Begin a transaction; its body (``txn``, ``state``, ``timeout_ms``)."""
+        return self._send(calls.begin(timeout_ms, label, transactional_id))
+
+    def get_transaction(self, txn: str) -> Body:
+        """Transaction ``txn``: state, label, topics."""
+        return self._send(calls.get_transaction(txn))
+
+    def list_transactions(
+        self, *, state: str | None = None, label_prefix: str | None = None
+    ) -> list[Body]:
+        """Transactions, filtered by state and label prefix."""
+        return self._send(calls.list_transactions(state, label_prefix))
+
+    def commit(self, txn: str) -> Body:
+        """Commit ``txn``; answers once its markers are durable."""
+        return self._send(calls.end_transaction(txn, "commit"))
+
+    def abort(self, txn: str) -> Body:
+        """Abort ``txn``."""
+        return self._send(calls.end_transaction(txn, "abort"))
+
+    def finish(
+        self,
+        *,
+        commit: Sequence[str] = (),
+        abort: Sequence[str] = (),
+        idempotence_key: str | None = None,
+    ) -> Body:
+        """Commit and abort several transactions in one atomic step."""
+        return self._send(calls.finish(commit, abort, idempotence_key))
+
+    def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str | None = None,
+        initial_position: str | None = None,
+        isolation: str | None = None,
+    ) -> bool:
+        """Create the subscription; True if created, False if it existed alike."""
+        return self._send(
+            calls.create_subscription(topic, subscription, type, initial_position, isolation)
+        )
+
+    def delete_subscription(self, topic: str, subscription: str) -> Body:
+        """Delete the subscription and its cursor."""
+        return self._send(calls.delete_subscription(topic, subscription))
+
+    def receive(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        consumer: str | None = None,
+        max: int | None = None,
+        wait_ms: int | None = None,
+    ) -> list[Body]:
+        """Up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        return self._send(calls.receive(topic, subscription, consumer, max, wait_ms))
+
+    def ack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: Sequence[PositionLike],
+        *,
+        cumulative: bool | None = None,
+        txn: str | None = None,
+    ) -> Body:
+        """Acknowledge ``positions`` (with ``txn``: when it commits)."""
+        return self._send(calls.ack(topic, subscription, positions, cumulative, txn))
+
+    def nack(self, topic: str, subscription: str, positions: Sequence[PositionLike]) -> Body:
+        """Redeliver ``positions``."""
+        return self._send(calls.nack(topic, subscription, positions))
+
+    def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
+        return self._send(calls.seek(topic, subscription, position))
+
+    def fetch(
+        self,
+        topic: str,
+        start: PositionLike | None = None,
+        *,
+        max: int | None = None,
+        isolation: str | None = None,
+    ) -> Body:
+        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
+        return self._send(calls.fetch(topic, start, max, isolation))
+
+
+class AsyncClient(_Settings):
+    """The asyncio twin of :class:`Client`: the same methods, awaited."""
+
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.AsyncClient(**options)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connections; the client cannot be used again."""
+        await self._http.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from exc
+        return call.read(response)
+
+    async def request(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, json: Any = None
+    ) -> httpx.Response:
+        """Any request (e.g. ``GET /metrics``): its 2xx response, else the errors above."""
+        return await self._send(Call(method, path, answer, dict(params or {}), json))
+
+    async def health(self) -> Body:
+        """``GET /v1/health``: the body, also when 503 (``status`` is then not ``ok``)."""
+        return await self._send(calls.health())
+
+    async def create_topic(self, topic: str) -> bool:
+        """Create ``topic``; True if created, False if it existed."""
+        return await self._send(calls.create_topic(topic))
+
+    async def list_topics(self) -> list[str]:
+        """The names of every topic."""
+        return await self._send(calls.list_topics())
+
+    async def delete_topic(self, topic: str) -> Body:
+        """Delete ``topic`` with its data, subscriptions and snapshots."""
+        return await self._send(calls.delete_topic(topic))
+
+    async def stats(self, topic: str) -> Body:
+        """The stats body of ``topic`` (positions, counts, subscriptions)."""
+        return await self._send(calls.stats(topic))
+
+    async def produce(
+        self,
+        topic: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        txn: str | None = None,
+        producer: str | None = None,
+        sequence: int | None = None,
+    ) -> Body:
+        """Append ``messages`` (:func:`wire_message`) atomically: ``positions``, ``duplicate``."""
+        return await self._send(calls.produce(topic, messages, txn, producer, sequence))
+
+    async def begin(
+        self,
+        *,
+        timeout_ms: int | None = None,
+        label: str | None = None,
+        transactional_id: str | None = None,
+    ) -> Body:
+        """Begin a transaction; its body (``txn``, ``state``, ``timeout_ms``)."""
+        return await self._send(calls.begin(timeout_ms, label, transactional_id))
+
+    async def get_transaction(self, txn: str) -> Body:
+        """Transaction ``txn``: state, label, topics."""
+        return await self._send(calls.get_transaction(txn))
+
+    async def list_transactions(
+        self, *, state: str | None = None, label_prefix: str | None = None
+    ) -> list[Body]:
+        """Transactions, filtered by state and label prefix."""
+        return await self._send(calls.list_transactions(state, label_prefix))
+
+    async def commit(self, txn: str) -> Body:
+        """Commit ``txn``; answers once its markers are durable."""
+        return await self._send(calls.end_transaction(txn, "commit"))
+
+    async def abort(self, txn: str) -> Body:
+        """Abort ``txn``."""
+        return await self._send(calls.end_transaction(txn, "abort"))
+
+    async def finish(
+        self,
+        *,
+        commit: Sequence[str] = (),
+        abort: Sequence[str] = (),
+        idempotence_key: str | None = None,
+    ) -> Body:
+        """Commit and abort several transactions in one atomic step."""
+        return await self._send(calls.finish(commit, abort, idempotence_key))
+
+    async def create_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str | None = None,
+        initial_position: str | None = None,
+        isolation: str | None = None,
+    ) -> bool:
+        """Create the subscription; True if created, False if it existed alike."""
+        return await self._send(
+            calls.create_subscription(topic, subscription, type, initial_position, isolation)
+        )
+
+    async def delete_subscription(self, topic: str, subscription: str) -> Body:
+        """Delete the subscription and its cursor."""
+        return await self._send(calls.delete_subscription(topic, subscription))
+
+    async def receive(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        consumer: str | None = None,
+        max: int | None = None,
+        wait_ms: int | None = None,
+    ) -> list[Body]:
+        """Up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        return await self._send(calls.receive(topic, subscription, consumer, max, wait_ms))
+
+    async def ack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: Sequence[PositionLike],
+        *,
+        cumulative: bool | None = None,
+        txn: str | None = None,
+    ) -> Body:
+        """Acknowledge ``positions`` (with ``txn``: when it commits)."""
+        return await self._send(calls.ack(topic, subscription, positions, cumulative, txn))
+
+    async def nack(self, topic: str, subscription: str, positions: Sequence[PositionLike]) -> Body:
+        """Redeliver ``positions``."""
+        return await self._send(calls.nack(topic, subscription, positions))
+
+    async def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
+        return await self._send(calls.seek(topic, subscription, position))
+
+    async def fetch(
+        self,
+        topic: str,
+        start: PositionLike | None = None,
+        *,
+        max: int | None = None,
+        isolation: str | None = None,
+    ) -> Body:
+        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
+        return await self._send(calls.fetch(topic, start, max, isolation))
