@@ -33,11 +33,11 @@ log = logging.getLogger("txnstream.cli")
 class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
-    def __init__(self, data: Path, durability: str) -> None:
+    def __init__(self, data: Path, config: EngineConfig) -> None:
         from api.http import Drain
 
         self.data = data
-        self.durability = durability
+        self.config = config
         self.drain = Drain()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -61,8 +61,7 @@ class _ServedApp:
             message: Message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    config = EngineConfig(durability=self.durability)  # type: ignore[arg-type]
-                    self._engine = await Engine.open(self.data, config=config)
+                    self._engine = await Engine.open(self.data, config=self.config)
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -86,11 +85,19 @@ def make_server(
     *,
     log_level: str = "info",
     durability: str = "full",
+    offload_url: str | None = None,
+    ledger_max_entries: int | None = None,
 ) -> Any:
-    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread)."""
+    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
+
+    Raises ``ValueError`` for settings :class:`~api.EngineConfig` refuses.
+    """
     import uvicorn
 
-    served = _ServedApp(data, durability)
+    settings: dict[str, Any] = {"durability": durability, "offload_url": offload_url}
+    if ledger_max_entries is not None:
+        settings["ledger_max_entries"] = ledger_max_entries
+    served = _ServedApp(data, EngineConfig(**settings))
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -122,6 +129,20 @@ def serve(
     durability: Annotated[
         str, typer.Option(help="full (survives power loss) or normal (survives kill -9).")
     ] = "full",
+    offload_url: Annotated[
+        str | None,
+        typer.Option(
+            "--offload-url",
+            help="Object store for offloaded ledgers: a directory (file:///dir or a path)"
+            " or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
+        ),
+    ] = None,
+    ledger_max_entries: Annotated[
+        int | None,
+        typer.Option(
+            "--ledger-max-entries", min=1, help="Entries per ledger before a new one starts."
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT)."""
     if durability not in ("full", "normal"):
@@ -129,7 +150,18 @@ def serve(
     level = log_level.lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         fail("--log-level must be one of critical, error, warning, info, debug")
-    server = make_server(data, host, port, log_level=level, durability=durability)
+    try:
+        server = make_server(
+            data,
+            host,
+            port,
+            log_level=level,
+            durability=durability,
+            offload_url=offload_url,
+            ledger_max_entries=ledger_max_entries,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
