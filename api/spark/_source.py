@@ -33,6 +33,15 @@ using the aborted list of its own range (path: the aborted-transaction index, no
 looked up when no ledger from the range on has ``has_aborts``; url: each fetch answer's
 ``aborted``), yielding Arrow record batches, never buffering a transaction.
 
+Offloaded ledgers (tiered storage) are one partition each in both modes, read by the
+task straight from their Parquet object in the object store (committed data: the
+object's ``aborted`` column; no broker and no index lookup in the path): the URL comes
+from the data directory's ``ledgers`` table (path) or the server's ledger listing
+``GET /v1/topics/{t}/ledgers`` (url), or, with the option ``offloadUrl``, from that base
+(``file:///dir``, a path or ``s3://bucket/prefix``; credentials and endpoint from the
+executors' ``AWS_*`` environment). With the listing, url-mode partitions follow the
+real ledgers instead of the average ledger size.
+
 Streaming offsets are ``{"next": "L:E"}``: everything before ``next`` was covered.
 ``latestOffset`` is just after the topic's stable position, so a micro-batch never
 holds data of an open transaction, and aborted data never appears.
