@@ -40,20 +40,10 @@ def split_listing(
     max_entries: int,
     object_url: Callable[[int, str | None], str | None],
 ) -> list[Window | RemotePart]:
-    """Partitions of ``window`` by the server's ledger listing: each offloaded ledger
-    alone (``object_url(ledger, recorded url)`` says where to read it), consecutive
-    local ledgers grouped into windows of at most ``max_entries`` entries."""
+    """Partitions of ``window`` by the server's ledger listing, one per real ledger: an
+    offloaded ledger whole (``object_url(ledger, recorded url)`` says where to read it),
+    a local one as a window, cut into ranges of at most ``max_entries`` entries."""
     parts: list[Window | RemotePart] = []
-    start: Position | None = None
-    end: Position | None = None
-    size = 0
-
-    def close() -> None:
-        nonlocal start, end, size
-        if start is not None and end is not None:
-            parts.append(Window(start, end))
-        start, end, size = None, None, 0
-
     for item in ledgers:
         ledger_id, entries = int(item["ledger"]), int(item["entries"])
         if ledger_id < window.start.ledger_id or ledger_id > window.end.ledger_id:
@@ -64,19 +54,12 @@ def split_listing(
             continue
         url = object_url(ledger_id, item.get("url")) if item.get("location") == "remote" else None
         if url is not None:
-            close()
             parts.append(RemotePart(url, ledger_id, lo, hi))
             continue
         while lo < hi:
-            take = min(hi - lo, max_entries - size)
-            if start is None:
-                start = Position(ledger_id, lo)
-            lo += take
-            size += take
-            end = Position(ledger_id, lo)
-            if size >= max_entries:
-                close()
-    close()
+            upper = min(hi, lo + max_entries)
+            parts.append(Window(Position(ledger_id, lo), Position(ledger_id, upper)))
+            lo = upper
     return parts
 
 
