@@ -168,7 +168,7 @@ class Offloading(EngineCore):
                 f" {info.entries} expected; not offloaded"
             )
         index = await ledger.aborted_index(ledger_id) if info.has_aborts else []
-        txns = {txn for _, kind, txn, _ in rows if kind == 0 and txn is not None}
+        txns = await asyncio.to_thread(_data_txns, rows)  # a pass over every row: off the loop
         aborted = {seq for seq in txns if topic.buffer.is_aborted(TxnId(seq))}
         remote = self._remote
         obj = await asyncio.to_thread(
@@ -218,6 +218,11 @@ class Offloading(EngineCore):
         if gone:
             log.warning("topic %s: removed %d orphan object(s)", topic.name, len(gone))
         swept.add(topic.topic_id)
+
+
+def _data_txns(rows: list[Any]) -> set[int]:
+    """The transactions with data among a ledger's rows."""
+    return {txn for _, kind, txn, _ in rows if kind == 0 and txn is not None}
 
 
 def _ledger_json(info: LedgerInfo) -> dict[str, Any]:

@@ -728,7 +728,7 @@ class ManagedLedger:
             " ORDER BY entry_id",
             (self.topic_id, ledger_id),
         )
-        return [(int(e), int(k), None if t is None else int(t), d) for e, k, t, d in rows]
+        return rows  # SQLite's rows are already (int, int, int | None, bytes)
 
     async def aborted_index(self, ledger_id: int) -> list[AbortedIndexRow]:
         """The aborted-index rows whose ABORT marker lies in local ledger ``ledger_id``."""
