@@ -23,7 +23,10 @@ def _str(position: Position | None) -> str | None:
 
 
 def _iso(ms: int | None) -> str | None:
-    return None if ms is None else ms_to_datetime(ms).isoformat()
+    """ISO 8601 UTC with milliseconds and ``Z``, as every HTTP body writes times."""
+    if ms is None:
+        return None
+    return ms_to_datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from ._common import DEFAULT_URL, JsonOption, UrlOption, connect, dash, print_json
+from ._common import DEFAULT_URL, JsonOption, TopicArg, UrlOption, connect, dash, print_json
 
-topics_app = typer.Typer(help="Create, list, delete and inspect topics.", no_args_is_help=True)
+topics_app = typer.Typer(
+    help="Create, list, delete and inspect topics.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @topics_app.command("create")
-def topics_create(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_create(
+    name: TopicArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
+) -> None:
     """Create topic NAME (no error if it exists)."""
     with connect(url) as client:
         created = client.create_topic(name)
@@ -33,7 +37,9 @@ def topics_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> No
 
 
 @topics_app.command("delete")
-def topics_delete(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_delete(
+    name: TopicArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False
+) -> None:
     """Delete topic NAME with its data and subscriptions."""
     with connect(url) as client:
         data = client.delete_topic(name)
@@ -44,7 +50,7 @@ def topics_delete(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption =
 
 
 @topics_app.command("stats")
-def topics_stats(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_stats(name: TopicArg, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
     """Show positions, transaction counts and subscriptions of topic NAME."""
     with connect(url) as client:
         data = client.stats(name)
@@ -53,6 +59,14 @@ def topics_stats(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = 
         return
     for field in ("topic", "last_confirmed", "stable_position", "open_txns", "aborted_txns"):
         typer.echo(f"{field}: {dash(data.get(field))}")
+    blocking = data.get("blocking_txn")
+    if blocking:
+        typer.echo(
+            f"blocking_txn: {blocking.get('txn')} since {dash(blocking.get('since'))} "
+            f"deadline {dash(blocking.get('deadline'))}"
+        )
+    else:
+        typer.echo("blocking_txn: -")
     typer.echo(f"ledgers: {data.get('ledgers')}  entries: {data.get('entries')}")
     snapshot = data.get("snapshot")
     if snapshot:
