@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from ledger import (
     FencedError,
     ForbiddenError,
     InvalidArgumentError,
+    OffloadStore,
     Position,
     Store,
     TopicNotFoundError,
@@ -31,11 +33,12 @@ from ledger import (
 from snapshots import SnapshotState
 from txn_buffer import Coordinator, Topic, TxnRecord
 
-from ._config import EngineConfig, RetentionPolicy
+from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
 from ._metrics import EngineMetrics
 from ._stats import RecoverySummary
 
 PositionsArg = Sequence[Position | str] | Position | str
+log = logging.getLogger("txnstream.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,16 @@ class EngineCore:
         self._topics: dict[str, Topic] = {}
         self._snapshots: dict[int, SnapshotState] = {}
         self._retention: dict[str, RetentionPolicy] = {}
+        self._offload: dict[str, OffloadPolicy] = {}
+        # one reader/writer of offloaded objects for the engine's life (its caches and
+        # fetch counters survive an in-place recovery)
+        self._remote = OffloadStore(self.config.offload_url)
+        self._remote.on_index_fetch = self.metrics.offload_index_fetches.inc
+        self._remote.on_data_fetch = self.metrics.offload_data_fetches.inc
+        # serializes what changes a topic's tiers: offload steps, retention, deletion
+        self._tier_lock = asyncio.Lock()
+        self._swept: set[int] = set()
+        """Topics whose orphan objects were looked for since the store was (re)opened."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
@@ -201,3 +214,21 @@ class EngineCore:
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
+
+    async def _delete_objects(self, urls: Sequence[str], topic: str | None = None) -> None:
+        """Delete offloaded objects (and, with ``topic``, everything under its prefix of
+        the configured store), off the event loop; failures are logged."""
+        remote = self._remote
+        if not urls and (topic is None or remote.base_url is None):
+            return
+
+        def delete() -> None:
+            for url in urls:
+                remote.delete_ledger(url)
+            if topic is not None and remote.base_url is not None:
+                remote.delete_topic(topic)
+
+        try:
+            await asyncio.to_thread(delete)
+        except OSError as exc:
+            log.warning("could not delete offloaded objects (%s); they stay as orphans", exc)

@@ -52,6 +52,7 @@ from ._core import (
 )
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
+from ._offload import Offloading
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
 from ._stats import summarize_recovery
@@ -61,7 +62,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Consuming):
+class Engine(Producing, TopicAdmin, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -93,12 +94,13 @@ class Engine(Producing, TopicAdmin, Consuming):
             min_free_bytes=self.config.min_free_bytes,
         )
         self._store = store
+        self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
             store.on_failure = self._fail
             store.on_flush = self.metrics.observe_flush
-            loaded = await load_topics(store, self.config)
+            loaded = await load_topics(store, self.config, self._remote)
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
-            self._retention = loaded.retention
+            self._retention, self._offload = loaded.retention, loaded.offload
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
             coordinator = self._coordinator = Coordinator(
                 store,
@@ -125,6 +127,8 @@ class Engine(Producing, TopicAdmin, Consuming):
         self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
+        if self.config.offload_url is not None:
+            self._spawn(self._offload_loop(), name="txnstream-offload")
 
     async def close(self) -> None:
         """Stop background work, write everything queued, close the store. Idempotent.

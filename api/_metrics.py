@@ -117,6 +117,16 @@ class EngineMetrics:
             "Time a receive waited for its first message.",
             registry=self.registry,
         )
+        self.offload_index_fetches = Counter(
+            "txnstream_offload_index_fetches",
+            "Aborted-index objects (sidecars) of offloaded ledgers read from the object store.",
+            registry=self.registry,
+        )
+        self.offload_data_fetches = Counter(
+            "txnstream_offload_data_fetches",
+            "Reads of offloaded ledger objects (the row groups of one request count once).",
+            registry=self.registry,
+        )
         build = Gauge(
             "txnstream_build_info",
             "The running txnstream: version and Python (always 1).",
@@ -252,6 +262,16 @@ class ScrapeCollector(Collector):
             " aborted) since the server started.",
             labels=["topic", "subscription"],
         )
+        offloaded = GaugeMetricFamily(
+            "txnstream_offloaded_ledgers",
+            "Ledgers of the topic in the object store.",
+            labels=["topic"],
+        )
+        offloaded_bytes = GaugeMetricFamily(
+            "txnstream_offloaded_bytes",
+            "Bytes of the topic's ledger objects in the object store.",
+            labels=["topic"],
+        )
         now = self._now_ms
         for stats in self._topics:
             topic = stats.topic
@@ -261,6 +281,8 @@ class ScrapeCollector(Collector):
             entries.add_metric([topic], stats.entries)
             ledgers.add_metric([topic], stats.ledgers)
             size.add_metric([topic], stats.bytes)
+            offloaded.add_metric([topic], stats.offloaded_ledgers)
+            offloaded_bytes.add_metric([topic], stats.offloaded_bytes)
             if stats.snapshot is not None:
                 snapshot_age.add_metric([topic], max(0, now - stats.snapshot.taken_ms) / 1000)
             started = stats.oldest_open_txn_started_ms
@@ -273,4 +295,4 @@ class ScrapeCollector(Collector):
                 unacked.add_metric(labels, sub.unacked)
                 redeliveries.add_metric(labels, sub.redeliveries)
         yield from (lag, open_txns, aborted, entries, ledgers, size, snapshot_age, oldest_txn)
-        yield from (backlog, consumers, unacked, redeliveries)
+        yield from (offloaded, offloaded_bytes, backlog, consumers, unacked, redeliveries)

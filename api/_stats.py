@@ -16,7 +16,7 @@ from ledger import Position, ms_to_datetime
 from snapshots import SnapshotState
 from txn_buffer import Topic
 
-from ._config import RetentionPolicy
+from ._config import OffloadPolicy, RetentionPolicy
 
 
 def _str(position: Position | None) -> str | None:
@@ -145,12 +145,17 @@ class TopicStats:
     entries: int
     bytes: int
     """Payload bytes of the retained ledgers (what the entries hold, not the file size)."""
+    offloaded_ledgers: int
+    """Ledgers in the object store (counted in ``ledgers`` too)."""
+    offloaded_bytes: int
+    """Bytes of their objects."""
     oldest_open_txn_started_ms: int | None
     blocking_txn: BlockingTxn | None
     snapshot: SnapshotStats | None
     recovery: RecoveryStats | None
     retention: RetentionPolicy | None
     subscriptions: dict[str, SubscriptionStats]
+    offload: OffloadPolicy | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The HTTP stats body (HTTP_API.md), extra fields included."""
@@ -164,6 +169,8 @@ class TopicStats:
             "ledgers": self.ledgers,
             "entries": self.entries,
             "bytes": self.bytes,
+            "offloaded_ledgers": self.offloaded_ledgers,
+            "offloaded_bytes": self.offloaded_bytes,
             "oldest_open_txn_started_at": _iso(self.oldest_open_txn_started_ms),
             "blocking_txn": None if self.blocking_txn is None else self.blocking_txn.as_dict(),
             "snapshot": None if self.snapshot is None else self.snapshot.as_dict(),
@@ -174,6 +181,14 @@ class TopicStats:
                 "max_age": policy.max_age,
                 "max_bytes": policy.max_bytes,
                 "require_ack": policy.require_ack,
+            },
+            "offload": None
+            if self.offload is None
+            else {
+                "after_ms": None
+                if self.offload.after is None
+                else round(self.offload.after * 1000),
+                "min_local_ledgers": self.offload.min_local_ledgers,
             },
             "subscriptions": {name: sub.as_dict() for name, sub in self.subscriptions.items()},
         }
@@ -186,6 +201,7 @@ async def topic_stats(
     retention: RetentionPolicy | None,
     oldest_open_txn_started_ms: int | None,
     blocking_txn: BlockingTxn | None = None,
+    offload: OffloadPolicy | None = None,
 ) -> TopicStats:
     """Read ``topic``'s statistics (one backlog query per subscription)."""
     buffer = topic.buffer
@@ -207,6 +223,7 @@ async def topic_stats(
             snapshot.position, snapshot.taken_ms, snapshot.size, len(snapshot.segments)
         )
     info = None if snapshot is None else snapshot.recovery
+    remote = topic.ledger.offloaded
     return TopicStats(
         topic=topic.name,
         last_confirmed=lac,
@@ -217,6 +234,8 @@ async def topic_stats(
         ledgers=len(topic.ledger.ledgers),
         entries=topic.ledger.count_between(None, lac),
         bytes=sum(info.bytes for info in topic.ledger.ledgers),
+        offloaded_ledgers=len(remote),
+        offloaded_bytes=sum(ledger.size or 0 for ledger in remote),
         oldest_open_txn_started_ms=oldest_open_txn_started_ms,
         blocking_txn=blocking_txn,
         snapshot=taken,
@@ -225,6 +244,7 @@ async def topic_stats(
         else RecoveryStats(info.from_snapshot, info.entries_replayed, info.seconds),
         retention=retention,
         subscriptions=subs,
+        offload=offload,
     )
 
 

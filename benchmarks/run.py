@@ -41,6 +41,7 @@ GROUP_MODULES = (
     "benchmarks.b4_memory",
     "benchmarks.extra_groups",
     "benchmarks.m_soak",
+    "benchmarks.t_tiers",
 )
 """Modules whose import registers figure groups (later issues append theirs)."""
 

@@ -30,6 +30,8 @@ from ._errors import (
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
+    OffloadNotConfiguredError,
+    RemoteStorageError,
     SnapshotError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
@@ -43,11 +45,21 @@ from ._errors import (
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
+from ._offload import (
+    AbortedIndexRow,
+    OffloadedObject,
+    OffloadStore,
+    json_text,
+    normalize_url,
+    sidecar_url,
+    split_value,
+)
 from ._position import Position
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 
 __all__ = [
+    "AbortedIndexRow",
     "AckConflictError",
     "Catalog",
     "ClosedError",
@@ -73,9 +85,13 @@ __all__ = [
     "LedgerInfo",
     "ManagedLedger",
     "NotFoundError",
+    "OffloadNotConfiguredError",
+    "OffloadStore",
+    "OffloadedObject",
     "OutgoingMessage",
     "Position",
     "ProducerRow",
+    "RemoteStorageError",
     "SnapshotError",
     "Store",
     "SubscriptionConflictError",
@@ -93,10 +109,14 @@ __all__ = [
     "decode_payload",
     "encode_payload",
     "encode_value",
+    "json_text",
     "ms_to_datetime",
+    "normalize_url",
     "now_ms",
     "pack",
     "plain_payload_layout",
+    "sidecar_url",
+    "split_value",
     "unpack",
     "validate_name",
 ]

@@ -21,10 +21,12 @@ the HTTP client (``api.client``) raises the other way round, a status and code a
         + ConsumerBusyError           a second consumer on an exclusive subscription
         + AckConflictError            position pending in another open transaction
         + SubscriptionConflictError   subscription exists with other settings
+        + OffloadNotConfiguredError   offloading asked of an engine with no offload URL
       x TooLargeError                 413 too_large
       x InvalidArgumentError          400 invalid_request; also a ValueError and TypeError
       x LedgerError
         + CorruptEntryError           an entry failed to decode
+        + RemoteStorageError          503 unavailable: the offload object store failed
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
       x TxnStreamSourceError          the Spark data source: a bad option, path or answer
@@ -132,6 +134,17 @@ class LedgerError(EngineError):
 
 class CorruptEntryError(LedgerError):
     """A stored entry could not be decoded (unknown format version or damaged bytes)."""
+
+
+class RemoteStorageError(LedgerError):
+    """The object store holding offloaded ledgers failed (unreachable, object missing,
+    verification failed); nothing was switched, and reads of local ledgers go on."""
+
+    retriable = True
+
+
+class OffloadNotConfiguredError(ConflictError):
+    """Offloading was asked for but the engine has no ``offload_url``."""
 
 
 class SnapshotError(EngineError):

@@ -4,7 +4,7 @@ Also :class:`CommittedReader`, the same committed view read from a data director
 """
 
 from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
-from ._committed_reader import CommittedReader, CommittedView, DataRow
+from ._committed_reader import CommittedReader, CommittedView, DataRow, OffloadedLedger
 from ._coordinator import (
     AckParticipant,
     Coordinator,
@@ -25,6 +25,7 @@ __all__ = [
     "Coordinator",
     "DataRow",
     "FinishResult",
+    "OffloadedLedger",
     "OpenTxn",
     "PendingAck",
     "ProducerState",

@@ -46,12 +46,12 @@ class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
     def __init__(
-        self, data: Path, durability: str, access: AccessPolicy | None = None, url: str = ""
+        self, data: Path, config: EngineConfig, access: AccessPolicy | None = None, url: str = ""
     ) -> None:
         from api.http import Drain
 
         self.data = data
-        self.durability = durability
+        self.config = config
         self.access = access
         self.url = url
         self.drain = Drain()
@@ -78,8 +78,7 @@ class _ServedApp:
             message: Message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    config = EngineConfig(durability=self.durability)  # type: ignore[arg-type]
-                    self._engine = await Engine.open(self.data, config=config)
+                    self._engine = await Engine.open(self.data, config=self.config)
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -161,13 +160,15 @@ def make_server(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     log_config: dict[str, Any] | None = None,
+    offload_url: str | None = None,
+    ledger_max_entries: int | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
     ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
-    it is.
+    it is. Raises ``ValueError`` for settings :class:`~api.EngineConfig` refuses.
     """
     import uvicorn
 
@@ -175,7 +176,10 @@ def make_server(
         access = access_policy(host)
     shown_host = f"[{host}]" if ":" in host else host
     scheme = "https" if tls_cert is not None else "http"
-    served = _ServedApp(data, durability, access, f"{scheme}://{shown_host}:{port}")
+    settings: dict[str, Any] = {"durability": durability, "offload_url": offload_url}
+    if ledger_max_entries is not None:
+        settings["ledger_max_entries"] = ledger_max_entries
+    served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -238,6 +242,20 @@ def serve(
     access_log: Annotated[
         bool, typer.Option("--access-log", help="Log one line per HTTP request.")
     ] = False,
+    offload_url: Annotated[
+        str | None,
+        typer.Option(
+            "--offload-url",
+            help="Object store for offloaded ledgers: a directory (file:///dir or a path)"
+            " or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
+        ),
+    ] = None,
+    ledger_max_entries: Annotated[
+        int | None,
+        typer.Option(
+            "--ledger-max-entries", min=1, help="Entries per ledger before a new one starts."
+        ),
+    ] = None,
     log_format: Annotated[
         str, typer.Option("--log-format", help="text, or json (one object per line).")
     ] = "text",
@@ -265,17 +283,22 @@ def serve(
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
-    server = make_server(
-        data,
-        host,
-        port,
-        log_level=level,
-        durability=durability,
-        access=access,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        log_config=logs,
-    )
+    try:
+        server = make_server(
+            data,
+            host,
+            port,
+            log_level=level,
+            durability=durability,
+            access=access,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            log_config=logs,
+            offload_url=offload_url,
+            ledger_max_entries=ledger_max_entries,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
         log.warning("serving %s without authentication (--insecure)", host)
     elif access.auth is not None:

@@ -24,14 +24,23 @@ from starlette.middleware.cors import CORSMiddleware
 
 from api import Engine
 
-from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions, _ui
+from . import (
+    _admin,
+    _fetch,
+    _messages,
+    _offload,
+    _subscriptions,
+    _topics,
+    _transactions,
+    _ui,
+)
 from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
-_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _ui)
+_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload, _ui)
 
 
 def create_app(

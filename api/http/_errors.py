@@ -28,6 +28,7 @@ from api import (
     InsufficientStorageError,
     InvalidArgumentError,
     NotFoundError,
+    RemoteStorageError,
     TooLargeError,
     TxnNotOpenError,
 )
@@ -51,6 +52,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     DataDirLockedError: (503, "unavailable"),
     ClosedError: (503, "unavailable"),
     EngineFailedError: (503, "unavailable"),
+    RemoteStorageError: (503, "unavailable"),
     RequestValidationError: (400, "invalid_request"),
 }
 """The one map from an exception class to ``(status, code)``; looked up along the MRO."""

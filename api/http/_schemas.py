@@ -255,6 +255,32 @@ class TopicRequest(_Request):
     model_config = _examples({}, strict=True)
 
 
+MAX_OFFLOAD_AFTER_MS = 100 * 365 * 86_400_000
+
+
+class OffloadRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/offload`` (may be empty: manual offload only,
+    one local ledger kept)."""
+
+    after_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_OFFLOAD_AFTER_MS,
+            description="Offload a ledger this long after it stopped growing (background"
+            " pass); null: only on POST .../offload/run.",
+        ),
+    ] = None
+    min_local_ledgers: Annotated[
+        StrictInt,
+        Field(
+            ge=0,
+            le=1_000_000,
+            description="The newest ledgers (the open one included) that always stay local.",
+        ),
+    ] = 1
+
+
 # --------------------------------------------------------------------------- responses
 
 
@@ -427,6 +453,39 @@ class StatsResponse(BaseModel):
         default=None, description="The open transaction holding the stable position, if any."
     )
     subscriptions: dict[str, SubscriptionStats] = Field(description="Subscriptions by name.")
+    offloaded_ledgers: int = Field(0, description="Ledgers in the object store.")
+    offloaded_bytes: int = Field(0, description="Bytes of their objects.")
+
+
+class LedgerOut(BaseModel):
+    """One ledger of a topic, in either tier."""
+
+    ledger: int
+    entries: int
+    bytes: int
+    has_aborts: bool
+    location: Literal["local", "remote"]
+    url: str | None = Field(description="The Parquet object of a remote ledger.")
+
+
+class LedgerListResponse(BaseModel):
+    """``GET /v1/topics/{topic}/ledgers``: oldest first."""
+
+    ledgers: list[LedgerOut]
+
+
+class OffloadPolicyResponse(BaseModel):
+    """``PUT /v1/topics/{topic}/offload``: the policy now in force."""
+
+    topic: str
+    after_ms: int | None
+    min_local_ledgers: int
+
+
+class OffloadRunResponse(BaseModel):
+    """``POST /v1/topics/{topic}/offload/run``: the ledgers offloaded, oldest first."""
+
+    offloaded: list[int]
 
 
 class ProduceResponse(BaseModel):

@@ -6,11 +6,15 @@ task drops aborted data with no other state. Writing uses transactions with labe
 sends naming the transaction, the label-prefix listing and the atomic ``finish``
 (:mod:`api.spark._sink`). :class:`ServerClient` turns the client's errors into
 :class:`~api.TxnStreamSourceError` texts that name the server and the topic.
+With the server's ledger listing (``GET .../ledgers``) partitions follow the real
+ledgers, and an offloaded ledger is a partition of its own that the task reads straight
+from the object store: no broker in the path for cold data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -112,6 +116,23 @@ class ServerClient:
         except (TxnStreamSourceError, KeyError, TypeError, ValueError):
             return None
 
+    def ledgers(self) -> list[dict[str, Any]] | None:
+        """The topic's ledgers (``GET .../ledgers``), or None from a server without the
+        listing."""
+        path = f"/v1/topics/{self.topic}/ledgers"
+
+        def get(client: Client) -> Any:
+            try:
+                return client.request("GET", path).json()
+            except TxnStreamHttpError as exc:
+                if exc.status == 404 and "no such route" in exc.message:
+                    return None  # an older server: split by the average ledger size
+                raise
+
+        body = self._call("GET", path, get)
+        ledgers = body.get("ledgers") if isinstance(body, dict) else None
+        return ledgers if isinstance(ledgers, list) else None
+
     def position_after(self, start: Position, count: int, isolation: str) -> Position:
         """Where a read of at most ``count`` entries from ``start`` stops (exclusive)."""
         position = start
@@ -170,6 +191,45 @@ def answer_position(text: str) -> Position:
         return Position.parse(text)
     except InvalidArgumentError:
         raise TxnStreamSourceError(f"the server answered a bad position {text!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePart:
+    """Entries ``lo <= e < hi`` of an offloaded ledger, read from the object at ``url``."""
+
+    url: str
+    ledger_id: int
+    lo: int
+    hi: int
+
+
+def split_listing(
+    window: Window,
+    ledgers: Sequence[dict[str, Any]],
+    max_entries: int,
+    object_url: Callable[[int, str | None], str | None],
+) -> list[Window | RemotePart]:
+    """Partitions of ``window`` by the server's ledger listing, one per real ledger: an
+    offloaded ledger whole (``object_url(ledger, recorded url)`` says where to read it),
+    a local one as a window, cut into ranges of at most ``max_entries`` entries."""
+    parts: list[Window | RemotePart] = []
+    for item in ledgers:
+        ledger_id, entries = int(item["ledger"]), int(item["entries"])
+        if ledger_id < window.start.ledger_id or ledger_id > window.end.ledger_id:
+            continue
+        lo = window.start.entry_id if ledger_id == window.start.ledger_id else 0
+        hi = min(entries, window.end.entry_id) if ledger_id == window.end.ledger_id else entries
+        if lo >= hi:
+            continue
+        url = object_url(ledger_id, item.get("url")) if item.get("location") == "remote" else None
+        if url is not None:
+            parts.append(RemotePart(url, ledger_id, lo, hi))
+            continue
+        while lo < hi:
+            upper = min(hi, lo + max_entries)
+            parts.append(Window(Position(ledger_id, lo), Position(ledger_id, upper)))
+            lo = upper
+    return parts
 
 
 def split_ledgers(
