@@ -31,6 +31,8 @@ class EngineConfig:
     max_txn_timeout: float = 900.0
     max_message_bytes: int = 5 * MiB
     max_request_bytes: int = 32 * MiB
+    max_messages_per_request: int = 10_000
+    """Messages one HTTP produce or batch request may carry (413 ``too_large`` past it)."""
     consumer_expiry: float = 30.0
     """An HTTP consumer that has not polled for this long is detached."""
     ended_txn_retention: float = 3600.0
@@ -61,6 +63,7 @@ class EngineConfig:
             "ledger_max_bytes",
             "max_message_bytes",
             "max_request_bytes",
+            "max_messages_per_request",
             "max_pending_entries",
             "snapshot_every",
         ):

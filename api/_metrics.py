@@ -17,6 +17,7 @@ import platform
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import metadata
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -127,6 +128,17 @@ class EngineMetrics:
             "Reads of offloaded ledger objects (the row groups of one request count once).",
             registry=self.registry,
         )
+        self.engine_up = Gauge(
+            "txnstream_engine_up",
+            "1 while the engine accepts writes (health ok), else 0.",
+            registry=self.registry,
+        )
+        self.engine_health = Gauge(
+            "txnstream_engine_health",
+            "The engine's health as a label (ok, degraded, recovering, failed), with the reason.",
+            ["status", "reason"],
+            registry=self.registry,
+        )
         build = Gauge(
             "txnstream_build_info",
             "The running txnstream: version and Python (always 1).",
@@ -137,6 +149,13 @@ class EngineMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+
+    def observe_health(self, health: Any) -> None:
+        """Set ``txnstream_engine_up`` (1 while writes are accepted) and the one-hot
+        ``txnstream_engine_health{status,reason}`` from an :class:`~api.Health`."""
+        self.engine_up.set(1 if health.status == "ok" else 0)
+        self.engine_health.clear()
+        self.engine_health.labels(health.status, health.reason or "").set(1)
 
     def observe_flush(self, entries: int, seconds: float) -> None:
         """The store's ``on_flush`` hook: batch size and flush latency."""

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger import Entry, EntryKind, InvalidArgumentError, Position, TxnId, ms_to_datetime
+from ledger import (
+    Entry,
+    EntryKind,
+    InvalidArgumentError,
+    ManagedLedger,
+    Position,
+    TxnId,
+    ms_to_datetime,
+)
 from txn_buffer import Topic
 
 from ._subscription import Isolation, parse_enum
@@ -55,7 +63,12 @@ class FetchResult:
 
 
 async def fetch(
-    topic: Topic, start: Position | str | None, *, max: int, isolation: str
+    topic: Topic,
+    start: Position | str | None,
+    *,
+    max: int,
+    isolation: str,
+    max_bytes: int | None = None,
 ) -> FetchResult:
     """Raw entries of ``topic`` from ``start`` (inclusive) up to the read limit.
 
@@ -75,7 +88,10 @@ async def fetch(
     if limit is None or begin > limit:
         return FetchResult([], [], begin, stable, lac)
     ledger = topic.ledger
-    entries = await ledger.read(begin, limit, max)
+    if max_bytes is None:
+        entries = await ledger.read(begin, limit, max)
+    else:
+        entries = await _read_budgeted(ledger, begin, limit, max, max_bytes)
     remote_index: dict[TxnId, Position] = {}
     if begin.ledger_id <= ledger.remote_upto:
         remote_index = await _remote_aborted(topic, entries)
@@ -132,3 +148,26 @@ async def _remote_aborted(topic: Topic, entries: list[Entry]) -> dict[TxnId, Pos
     if first is None:
         return {}
     return {row.txn_id: row.first for row in await topic.ledger.remote_aborted(first)}
+
+
+async def _read_budgeted(
+    ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int
+) -> list[Entry]:
+    """At most ``count`` entries from ``begin`` holding at most ``max_bytes`` stored bytes
+    (at least one entry), read in pages that grow while they fit, so a budget of a few
+    MiB never reads thousands of large values into memory first."""
+    out: list[Entry] = []
+    used, page, position = 0, 64, begin
+    while len(out) < count:
+        entries = await ledger.read(position, limit, min(page, count - len(out)))
+        if not entries:
+            break
+        for entry in entries:
+            if out and used + entry.size > max_bytes:
+                return out
+            out.append(entry)
+            used += entry.size
+        last = entries[-1].position
+        position = Position(last.ledger_id, last.entry_id + 1)
+        page *= 4
+    return out

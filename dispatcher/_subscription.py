@@ -212,20 +212,23 @@ class Subscription:
 
     # -- delivery ------------------------------------------------------------------
 
-    async def receive(self, consumer: str, max_messages: int, timeout: float) -> list[Message]:
-        """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first."""
+    async def receive(
+        self, consumer: str, max_messages: int, timeout: float, max_bytes: int | None = None
+    ) -> list[Message]:
+        """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first;
+        with ``max_bytes``, no more stored bytes than that (but always at least one)."""
         attached = self.consumers.get(consumer)
         if attached is None:
             return []
         attached.polling += 1
         try:
-            return await self._receive(attached, max_messages, timeout)
+            return await self._receive(attached, max_messages, timeout, max_bytes)
         finally:
             attached.polling -= 1
             attached.last_seen = time.monotonic()
 
     async def _receive(
-        self, attached: Consumer, max_messages: int, timeout: float
+        self, attached: Consumer, max_messages: int, timeout: float, max_bytes: int | None
     ) -> list[Message]:
         consumer = attached.name
         loop = asyncio.get_running_loop()
@@ -234,7 +237,7 @@ class Subscription:
             event = self.topic.change_event()
             self._check_usable()
             async with self._lock:
-                messages = await self._collect(consumer, max_messages)
+                messages = await self._collect(consumer, max_messages, max_bytes)
             if messages or consumer not in self.consumers:
                 return messages
             remaining = deadline - loop.time()
@@ -322,18 +325,44 @@ class Subscription:
                 break
         return chosen
 
-    async def _collect(self, consumer: str, max_messages: int) -> list[Message]:
+    async def _collect(
+        self, consumer: str, max_messages: int, max_bytes: int | None = None
+    ) -> list[Message]:
+        out: list[Message] = []
+        try:
+            await self._collect_into(out, consumer, max_messages, max_bytes)
+        except asyncio.CancelledError:
+            # the caller is gone (e.g. its HTTP client disconnected): what was taken for
+            # it goes back, first in line and not counted as a redelivery
+            self.release([message.position for message in out])
+            raise
+        return out
+
+    async def _collect_into(
+        self, out: list[Message], consumer: str, max_messages: int, max_bytes: int | None
+    ) -> None:
         if consumer not in self.consumers:
-            return []  # detached (closed) while waiting
+            return  # detached (closed) while waiting
         ordered = self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
         if ordered and next(iter(self.consumers), None) != consumer:
-            return []  # only the exclusive or active failover consumer receives
+            return  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
             live = self._pending.keys() | self._replay
             self._keys = {p: k for p, k in self._keys.items() if p in live}
             self._key_holders = {self._keys.get(p): c for p, c in self._pending.items()}
             self._held_keys = {self._keys.get(p) for p in self._replay}
-        out: list[Message] = []
+        budget = [max_bytes if max_bytes is not None else -1]  # -1: no byte budget
+
+        def fits(entry: Entry) -> bool:
+            """Room for ``entry`` in the response (the first one always fits)."""
+            if budget[0] < 0:
+                return True
+            if out and entry.size > budget[0]:
+                budget[0] = 0  # full: what follows waits too, so order holds
+                return False
+            budget[0] = max(0, budget[0] - entry.size)
+            return True
+
         ledger = self.topic.ledger
         cursor = self.cursor
         if self._replay:
@@ -350,13 +379,17 @@ class Subscription:
                         self._replay.discard(position)
                         continue
                     self._keys[position] = entry.key
-                    if len(out) < max_messages and self._target(entry, consumer) == consumer:
+                    if (
+                        len(out) < max_messages
+                        and self._target(entry, consumer) == consumer
+                        and fits(entry)
+                    ):
                         self._replay.discard(position)
                         out.append(self._deliver(entry, consumer))
         if self.type is SubscriptionType.KEY_SHARED:
             self._held_keys = {self._keys.get(p) for p in self._replay}
         scanned = 0
-        while len(out) < max_messages:
+        while len(out) < max_messages and budget[0] != 0:
             limit = self.read_limit
             if limit is None or self.read_position > limit:
                 break
@@ -386,11 +419,11 @@ class Subscription:
                     not held
                     and len(out) < max_messages
                     and self._target(entry, consumer) == consumer
+                    and fits(entry)
                 ):
                     out.append(self._deliver(entry, consumer))
                 else:
-                    self._hold(entry)
-        return out
+                    self._hold(entry)  # beyond the budget too: first in line next time
 
     # -- acknowledgement -----------------------------------------------------------
 
@@ -482,6 +515,14 @@ class Subscription:
         for position in positions:
             if self._pending.pop(position, None) is not None:
                 self._count_redelivery(position)
+                self._replay.add(position)
+        self.topic.notify()
+
+    def release(self, positions: Sequence[Position]) -> None:
+        """Take back delivered positions nobody received (their receiver went away before
+        reading them): first in line again, not counted as redeliveries."""
+        for position in positions:
+            if self._pending.pop(position, None) is not None:
                 self._replay.add(position)
         self.topic.notify()
 

@@ -116,6 +116,7 @@ def decode_row(row: Sequence[Any]) -> Entry:
         value=value,
         properties=properties,
         publish_time=publish_time,
+        size=len(data),
     )
 
 

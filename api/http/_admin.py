@@ -18,10 +18,19 @@ from ._telemetry import HttpMetrics
 router = APIRouter(tags=["admin"])
 
 
-@router.get("/v1/health", response_model=HealthResponse)
-async def health() -> Response:
-    """Liveness: 200 while the server runs."""
-    return ok({"status": "ok"})
+@router.get(
+    "/v1/health",
+    response_model=HealthResponse,
+    responses={503: {"model": HealthResponse, "description": "Not ok: see `status`."}},
+)
+async def health(request: Request) -> Response:
+    """200 ``{"status": "ok"}`` only while writes are accepted; else 503 with the status
+    (``degraded``: reads only, e.g. the disk is full; ``recovering``; ``failed``) and
+    the reason. Needs no token."""
+    state = engine_of(request).health()
+    if state.status == "ok":
+        return ok({"status": "ok"})
+    return ok({"status": state.status, "reason": state.reason}, 503)
 
 
 @router.get(
@@ -45,6 +54,7 @@ async def metrics(request: Request) -> Response:
     """Prometheus text: engine counters and histograms, per-topic and per-subscription
     gauges, HTTP request counts and latencies, process and build information."""
     engine = engine_of(request)
+    engine.metrics.observe_health(engine.health())
     topics: list[TopicStats] = []
     for topic in await engine.list_topics():
         try:

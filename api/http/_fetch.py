@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from ._errors import responses
 from ._json import entry_json, ok, pos
+from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
 from ._params import TopicName, engine_of
 from ._schemas import FETCH_FROM_PATTERN, FetchResponse, Isolation
 
@@ -41,11 +42,22 @@ async def fetch(
             " last confirmed."
         ),
     ] = "read_committed",
+    max_bytes: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_RESPONSE_BYTES,
+            description="A byte budget for the answer's messages (default 8 MiB, at most"
+            " 64 MiB); at least one always comes back.",
+        ),
+    ] = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
     """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
     engine = engine_of(request)
     begin_at = None if start in (None, "earliest") else start
-    result = await engine.fetch(topic, begin_at, max=max_entries, isolation=isolation)
+    result = await engine.fetch(
+        topic, begin_at, max=max_entries, isolation=isolation, max_bytes=max_bytes
+    )
     return ok(
         {
             "entries": [entry_json(e) for e in result.entries],

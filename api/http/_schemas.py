@@ -310,9 +310,17 @@ class ErrorResponse(BaseModel):
 class HealthResponse(BaseModel):
     """``GET /v1/health``."""
 
-    model_config = _examples({"status": "ok"})
+    model_config = _examples(
+        {"status": "ok"},
+        {"status": "degraded", "reason": "writes refused: 1048576 bytes free, fewer than ..."},
+    )
 
-    status: Literal["ok"] = Field(description="ok while writes are accepted.")
+    status: Literal["ok", "degraded", "recovering", "failed"] = Field(
+        description="ok (200) only while writes are accepted; 503 with degraded while"
+        " writes are refused (the disk is full) and reads are served; recovering while the"
+        " engine reopens itself after a storage failure; failed otherwise."
+    )
+    reason: str | None = Field(default=None, description="Why the status is not ok.")
 
 
 class TopicResponse(BaseModel):
@@ -486,6 +494,43 @@ class OffloadRunResponse(BaseModel):
     """``POST /v1/topics/{topic}/offload/run``: the ledgers offloaded, oldest first."""
 
     offloaded: list[int]
+
+
+class BatchMessageIn(MessageIn):
+    """One message of an atomic multi-topic batch: its topic and exactly one of ``value``
+    and ``value_b64``."""
+
+    model_config = _examples(
+        {"topic": "orders", "value": {"order": 1}, "key": "customer-7"},
+        {"topic": "audit", "value_b64": "AAEC"},
+        strict=True,
+        json_schema_extra={"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]},
+    )
+
+    topic: Annotated[str, Field(pattern=NAME_PATTERN)] = Field(
+        description="The topic (it must exist: 404 otherwise, and nothing is stored)."
+    )
+
+
+class BatchRequest(_Request):
+    """Body of ``POST /v1/batches``: one atomic append across topics, no transaction."""
+
+    model_config = _examples(
+        {"messages": [{"topic": "orders", "value": {"id": 1}}, {"topic": "audit", "value": "x"}]},
+        strict=True,
+    )
+
+    messages: Annotated[list[BatchMessageIn], Field(min_length=1)] = Field(
+        description="Appended all or nothing; positions come back in this order."
+    )
+
+
+class BatchResponse(BaseModel):
+    """``POST /v1/batches``."""
+
+    model_config = _examples({"positions": ["0:7", "3:0"]})
+
+    positions: list[str] = Field(description="Where each message went, in request order.")
 
 
 class ProduceResponse(BaseModel):

@@ -20,6 +20,7 @@ from ._auth import principal_of
 from ._edge import Drain
 from ._errors import responses
 from ._json import message_json, ok
+from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
 from ._params import SubName, TopicName, drain_of, engine_of
 from ._schemas import (
     AckRequest,
@@ -106,11 +107,23 @@ async def receive(
     wait_ms: Annotated[
         int, Query(ge=0, le=30_000, description="Wait up to this long for the first message.")
     ] = 0,
+    max_bytes: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_RESPONSE_BYTES,
+            description="A byte budget for the answer's messages (default 8 MiB, at most"
+            " 64 MiB); at least one always comes back.",
+        ),
+    ] = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
-    """Up to ``max`` messages, waiting up to ``wait_ms`` for the first one."""
+    """Up to ``max`` messages (and ``max_bytes``), waiting up to ``wait_ms`` for the first
+    one. A poll whose client disconnects ends and hands out nothing."""
     engine = engine_of(request)
     drain = drain_of(request)
-    messages = await _receive(engine, drain, topic, sub, consumer, max_messages, wait_ms)
+    messages = await _receive(
+        engine, drain, request, topic, sub, consumer, max_messages, wait_ms, max_bytes
+    )
     return ok({"messages": [message_json(m) for m in messages]})
 
 
@@ -150,25 +163,50 @@ async def seek(topic: TopicName, sub: SubName, body: SeekRequest, request: Reque
 async def _receive(
     engine: Engine,
     drain: Drain,
+    request: Request,
     topic: str,
     sub: str,
     consumer: str,
     max_messages: int,
     wait_ms: int,
+    max_bytes: int,
 ) -> Sequence[Any]:
-    """``engine.receive``, cut short (with no messages) if the server starts draining."""
+    """``engine.receive``, cut short with no messages when the server starts draining or
+    the client disconnects (what the poll took goes back to the subscription)."""
     if wait_ms == 0 or drain.started:
-        return await engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=0.0)
+        return await engine.receive(
+            topic, sub, consumer=consumer, max=max_messages, timeout=0.0, max_bytes=max_bytes
+        )
     task = asyncio.create_task(
-        engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=wait_ms / 1000),
+        engine.receive(
+            topic,
+            sub,
+            consumer=consumer,
+            max=max_messages,
+            timeout=wait_ms / 1000,
+            max_bytes=max_bytes,
+        ),
         name=f"http-receive:{topic}/{sub}/{consumer}",
     )
+    gone = asyncio.create_task(_disconnected(request), name="http-receive-disconnect")
     try:
-        await asyncio.wait((task, drain.future()), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((task, gone, drain.future()), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
+        for waiter in (task, gone):
+            if not waiter.done():
+                waiter.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    if task.cancelled() or (task.exception() is not None and gone.done()):
         return []
-    return task.result()
+    messages = task.result()
+    if messages and gone.done() and not gone.cancelled():
+        # the client left as the messages arrived: nobody read them, so they go back
+        await engine.release(topic, sub, [m.position for m in messages])
+        return []
+    return messages
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (a GET has no body to read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

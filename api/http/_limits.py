@@ -1,0 +1,9 @@
+"""Response limits of the HTTP API (HTTP_API.md, Additions v1.1)."""
+
+from __future__ import annotations
+
+MiB = 1024 * 1024
+DEFAULT_RESPONSE_BYTES = 8 * MiB
+"""The byte budget of a ``receive`` or ``fetch`` answer when the request names none."""
+MAX_RESPONSE_BYTES = 64 * MiB
+"""The largest ``max_bytes`` a request may ask for (400 ``invalid_request`` above)."""
