@@ -262,6 +262,8 @@ class OffloadRequest(_Request):
     """Body of ``PUT /v1/topics/{topic}/offload`` (may be empty: manual offload only,
     one local ledger kept)."""
 
+    model_config = _examples({"after_ms": 3600000, "min_local_ledgers": 2}, strict=True)
+
     after_ms: Annotated[
         StrictInt | None,
         Field(
@@ -468,32 +470,65 @@ class StatsResponse(BaseModel):
 class LedgerOut(BaseModel):
     """One ledger of a topic, in either tier."""
 
-    ledger: int
-    entries: int
-    bytes: int
-    has_aborts: bool
-    location: Literal["local", "remote"]
+    ledger: int = Field(description="The ledger's id.")
+    entries: int = Field(description="Entries in it, markers included.")
+    bytes: int = Field(description="Payload bytes of its entries.")
+    has_aborts: bool = Field(
+        description="Whether it holds aborted-index rows (false: a reader skips its index)."
+    )
+    location: Literal["local", "remote"] = Field(
+        description="local: in the SQLite file; remote: offloaded to the object store."
+    )
     url: str | None = Field(description="The Parquet object of a remote ledger.")
 
 
 class LedgerListResponse(BaseModel):
     """``GET /v1/topics/{topic}/ledgers``: oldest first."""
 
-    ledgers: list[LedgerOut]
+    model_config = _examples(
+        {
+            "ledgers": [
+                {
+                    "ledger": 0,
+                    "entries": 50000,
+                    "bytes": 5600000,
+                    "has_aborts": False,
+                    "location": "remote",
+                    "url": "s3://bucket/txnstream/orders/00000000000000000000.parquet",
+                },
+                {
+                    "ledger": 1,
+                    "entries": 12,
+                    "bytes": 1300,
+                    "has_aborts": True,
+                    "location": "local",
+                    "url": None,
+                },
+            ]
+        }
+    )
+
+    ledgers: list[LedgerOut] = Field(description="The topic's ledgers, oldest first.")
 
 
 class OffloadPolicyResponse(BaseModel):
     """``PUT /v1/topics/{topic}/offload``: the policy now in force."""
 
-    topic: str
-    after_ms: int | None
-    min_local_ledgers: int
+    model_config = _examples({"topic": "orders", "after_ms": 3600000, "min_local_ledgers": 2})
+
+    topic: str = Field(description="The topic's name.")
+    after_ms: int | None = Field(
+        description="Offload a ledger this long after it was sealed (null: only when asked)."
+    )
+    min_local_ledgers: int = Field(description="The newest ledgers always kept local.")
 
 
 class OffloadRunResponse(BaseModel):
     """``POST /v1/topics/{topic}/offload/run``: the ledgers offloaded, oldest first."""
 
-    offloaded: list[int]
+    model_config = _examples({"offloaded": [0, 1, 2]})
+
+    offloaded: list[int] = Field(description="Ids of the ledgers offloaded by this run.")
 
 
 class BatchMessageIn(MessageIn):

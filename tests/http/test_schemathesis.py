@@ -39,6 +39,7 @@ OPERATIONS = [
     ("DELETE", "/v1/topics/{topic}"),
     ("GET", "/v1/topics/{topic}/stats"),
     ("POST", "/v1/topics/{topic}/messages"),
+    ("POST", "/v1/batches"),
     ("GET", "/v1/topics/{topic}/fetch"),
     ("PUT", "/v1/topics/{topic}/subscriptions/{sub}"),
     ("DELETE", "/v1/topics/{topic}/subscriptions/{sub}"),
