@@ -30,6 +30,7 @@ import typer
 from api import Engine, EngineConfig
 
 from ._common import fail
+from ._config_flags import with_config_flags
 from ._logging import log_config, startup_banner
 
 if TYPE_CHECKING:
@@ -162,6 +163,9 @@ def make_server(
     log_config: dict[str, Any] | None = None,
     offload_url: str | None = None,
     ledger_max_entries: int | None = None,
+    engine_settings: dict[str, Any] | None = None,
+    limit_concurrency: int | None = None,
+    timeout_keep_alive: int = 30,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
@@ -179,6 +183,7 @@ def make_server(
     settings: dict[str, Any] = {"durability": durability, "offload_url": offload_url}
     if ledger_max_entries is not None:
         settings["ledger_max_entries"] = ledger_max_entries
+    settings.update(engine_settings or {})
     served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
 
     class _Server(uvicorn.Server):
@@ -195,7 +200,8 @@ def make_server(
         log_config=log_config,
         access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
-        timeout_keep_alive=30,
+        timeout_keep_alive=timeout_keep_alive,
+        limit_concurrency=limit_concurrency,
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )
@@ -211,9 +217,6 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="critical, error, warning, info or debug.")
     ] = "info",
-    durability: Annotated[
-        str, typer.Option(help="full (survives power loss) or normal (survives kill -9).")
-    ] = "full",
     auth: Annotated[
         Path | None,
         typer.Option(
@@ -242,27 +245,35 @@ def serve(
     access_log: Annotated[
         bool, typer.Option("--access-log", help="Log one line per HTTP request.")
     ] = False,
-    offload_url: Annotated[
-        str | None,
-        typer.Option(
-            "--offload-url",
-            help="Object store for offloaded ledgers: a directory (file:///dir or a path)"
-            " or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
-        ),
-    ] = None,
-    ledger_max_entries: Annotated[
-        int | None,
-        typer.Option(
-            "--ledger-max-entries", min=1, help="Entries per ledger before a new one starts."
-        ),
-    ] = None,
     log_format: Annotated[
         str, typer.Option("--log-format", help="text, or json (one object per line).")
     ] = "text",
+    limit_concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_LIMIT_CONCURRENCY",
+            help="Connections and requests served at once; past it new ones get 503 at once"
+            " while existing clients keep being served.",
+        ),
+    ] = 1000,
+    timeout_keep_alive: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_TIMEOUT_KEEP_ALIVE",
+            help="Seconds an idle keep-alive connection is kept open.",
+        ),
+    ] = 30,
+    engine_settings: dict[str, Any] | None = None,
 ) -> None:
-    """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT)."""
-    if durability not in ("full", "normal"):
-        fail("--durability must be 'full' or 'normal'")
+    """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
+
+    Every engine setting is an option too (`--min-free-bytes`, `--snapshot-every`, ...)
+    and an environment variable (`TXNSTREAM_MIN_FREE_BYTES`, ...).
+    """
+    if data.exists() and not data.is_dir():
+        fail(f"--data {data}: not a directory")
     level = log_level.lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         fail("--log-level must be one of critical, error, warning, info, debug")
@@ -289,13 +300,13 @@ def serve(
             host,
             port,
             log_level=level,
-            durability=durability,
             access=access,
             tls_cert=tls_cert,
             tls_key=tls_key,
             log_config=logs,
-            offload_url=offload_url,
-            ledger_max_entries=ledger_max_entries,
+            engine_settings=engine_settings,
+            limit_concurrency=limit_concurrency,
+            timeout_keep_alive=timeout_keep_alive,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -309,3 +320,6 @@ def serve(
         raise typer.Exit(130) from None
     if not server.started:
         raise typer.Exit(3)
+
+
+serve = with_config_flags(serve)
