@@ -12,7 +12,7 @@ from api import DB_FILE, TopicNotFoundError, TopicStats
 
 from ._json import ok
 from ._params import engine_of
-from ._schemas import ErrorResponse, HealthResponse
+from ._responses import ErrorResponse, HealthResponse
 from ._telemetry import HttpMetrics
 
 router = APIRouter(tags=["admin"])

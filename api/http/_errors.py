@@ -36,7 +36,7 @@ from api import (
 from ._access import PRINCIPAL_KEY, AccessPolicy
 from ._edge import REQUEST_ID_KEY
 from ._json import error
-from ._schemas import ErrorResponse
+from ._responses import ErrorResponse
 
 log = logging.getLogger("txnstream.http")
 

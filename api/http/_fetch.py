@@ -15,7 +15,8 @@ from ._errors import responses
 from ._json import entry_json, ok, pos
 from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
 from ._params import TopicName, engine_of
-from ._schemas import FETCH_FROM_PATTERN, FetchResponse, Isolation
+from ._responses import FetchResponse
+from ._schemas import FETCH_FROM_PATTERN, Isolation
 
 router = APIRouter(tags=["messages"])
 

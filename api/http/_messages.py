@@ -12,15 +12,8 @@ from ._edge import NONFINITE_KEY
 from ._errors import responses
 from ._json import ok, outgoing
 from ._params import TopicName, engine_of
-from ._schemas import (
-    BatchMessageIn,
-    BatchRequest,
-    BatchResponse,
-    MessageIn,
-    ProduceRequest,
-    ProduceResponse,
-    check_json_value,
-)
+from ._responses import BatchResponse, ProduceResponse
+from ._schemas import BatchMessageIn, BatchRequest, MessageIn, ProduceRequest, check_json_value
 
 router = APIRouter(tags=["messages"])
 

@@ -14,12 +14,8 @@ from fastapi.responses import Response
 from ._errors import responses
 from ._json import ok
 from ._params import TopicName, engine_of
-from ._schemas import (
-    LedgerListResponse,
-    OffloadPolicyResponse,
-    OffloadRequest,
-    OffloadRunResponse,
-)
+from ._responses import LedgerListResponse, OffloadPolicyResponse, OffloadRunResponse
+from ._schemas import OffloadRequest
 
 router = APIRouter(tags=["tiers"])
 

@@ -22,18 +22,15 @@ from ._errors import responses
 from ._json import message_json, ok
 from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
 from ._params import SubName, TopicName, drain_of, engine_of
-from ._schemas import (
-    AckRequest,
+from ._responses import (
     AckResponse,
-    NackRequest,
     NackResponse,
     ReceiveResponse,
-    SeekRequest,
     SeekResponse,
     SubscriptionDeletedResponse,
-    SubscriptionRequest,
     SubscriptionResponse,
 )
+from ._schemas import AckRequest, NackRequest, SeekRequest, SubscriptionRequest
 
 router = APIRouter(tags=["subscriptions"])
 

@@ -11,13 +11,8 @@ from ._auth import identity_of
 from ._errors import responses
 from ._json import ok
 from ._params import TopicName, engine_of
-from ._schemas import (
-    StatsResponse,
-    TopicDeletedResponse,
-    TopicListResponse,
-    TopicRequest,
-    TopicResponse,
-)
+from ._responses import StatsResponse, TopicDeletedResponse, TopicListResponse, TopicResponse
+from ._schemas import TopicRequest
 
 router = APIRouter(tags=["topics"])
 

@@ -11,14 +11,8 @@ from ._auth import principal_of
 from ._errors import responses
 from ._json import ok, txn_json
 from ._params import TxnParam, engine_of
-from ._schemas import (
-    BeginRequest,
-    FinishRequest,
-    FinishResponse,
-    TxnListResponse,
-    TxnResponse,
-    TxnState,
-)
+from ._responses import FinishResponse, TxnListResponse, TxnResponse
+from ._schemas import BeginRequest, FinishRequest, TxnState
 
 router = APIRouter(tags=["transactions"])
 
