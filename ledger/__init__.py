@@ -45,15 +45,8 @@ from ._errors import (
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
-from ._offload import (
-    AbortedIndexRow,
-    OffloadedObject,
-    OffloadStore,
-    json_text,
-    normalize_url,
-    sidecar_url,
-    split_value,
-)
+from ._offload import OffloadStore, normalize_url, sidecar_url
+from ._parquet import AbortedIndexRow, OffloadedObject, json_text, split_value
 from ._position import Position
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch

@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
 from ._errors import RemoteStorageError
-from ._offload import AbortedIndexRow, OffloadedObject, OffloadStore, RawRow
+from ._offload import OffloadStore
+from ._parquet import AbortedIndexRow, OffloadedObject, RawRow
 from ._position import Position
 from ._store import Store, WriteBatch
 
