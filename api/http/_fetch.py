@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from ._errors import responses
 from ._json import entry_json, ok, pos
-from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
+from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
 from ._params import TopicName, engine_of
 from ._responses import FetchResponse
 from ._schemas import FETCH_FROM_PATTERN, Isolation
@@ -43,15 +43,7 @@ async def fetch(
             " last confirmed."
         ),
     ] = "read_committed",
-    max_bytes: Annotated[
-        int,
-        Query(
-            ge=1,
-            le=MAX_RESPONSE_BYTES,
-            description="A byte budget for the answer's messages (default 8 MiB, at most"
-            " 64 MiB); at least one always comes back.",
-        ),
-    ] = DEFAULT_RESPONSE_BYTES,
+    max_bytes: MaxBytes = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
     """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
     engine = engine_of(request)

@@ -20,7 +20,7 @@ from ._auth import principal_of
 from ._edge import Drain
 from ._errors import responses
 from ._json import message_json, ok
-from ._limits import DEFAULT_RESPONSE_BYTES, MAX_RESPONSE_BYTES
+from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
 from ._params import SubName, TopicName, drain_of, engine_of
 from ._responses import (
     AckResponse,
@@ -104,15 +104,7 @@ async def receive(
     wait_ms: Annotated[
         int, Query(ge=0, le=30_000, description="Wait up to this long for the first message.")
     ] = 0,
-    max_bytes: Annotated[
-        int,
-        Query(
-            ge=1,
-            le=MAX_RESPONSE_BYTES,
-            description="A byte budget for the answer's messages (default 8 MiB, at most"
-            " 64 MiB); at least one always comes back.",
-        ),
-    ] = DEFAULT_RESPONSE_BYTES,
+    max_bytes: MaxBytes = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
     """Up to ``max`` messages (and ``max_bytes``), waiting up to ``wait_ms`` for the first
     one. A poll whose client disconnects ends and hands out nothing."""
