@@ -1,20 +1,31 @@
 # The two commands of the README: `make serve` and `make test`.
+# `make serve` installs only what serving needs (the package and its dependencies);
+# `make test` (and `make install`, check, bench) add the dev and spark extras.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install serve test check format bench bench-peers clean
+.PHONY: install install-serve serve test check format bench bench-peers clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
-	touch $(STAMP)
+	touch $(DEV_STAMP) $(SERVE_STAMP)
 
-install: $(STAMP)
+install-serve: $(SERVE_STAMP)
 
-serve: install
+install: $(DEV_STAMP)
+
+serve: install-serve
 	$(BIN)/txnstream serve --data ./data --host 127.0.0.1 --port 8080
 
 check: install

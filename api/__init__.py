@@ -19,13 +19,16 @@ from ledger import (
     EngineError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     IncompatibleSnapshotError,
     InsufficientStorageError,
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
+    OffloadNotConfiguredError,
     OutgoingMessage,
     Position,
+    RemoteStorageError,
     SnapshotError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
@@ -42,11 +45,11 @@ from ledger import (
 from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
-from ._core import EngineState, Health, ProduceResult
+from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
 from ._replay_check import TopicReplay, replay_check
-from ._stats import TopicStats
+from ._stats import RecoverySummary, TopicStats
 
 __all__ = [
     "AbortedTxnRange",
@@ -69,6 +72,7 @@ __all__ = [
     "FetchResult",
     "FetchedEntry",
     "FinishResult",
+    "ForbiddenError",
     "Health",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
@@ -76,9 +80,13 @@ __all__ = [
     "LedgerError",
     "Message",
     "NotFoundError",
+    "OffloadNotConfiguredError",
     "OutgoingMessage",
     "Position",
+    "Principal",
     "ProduceResult",
+    "RecoverySummary",
+    "RemoteStorageError",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

@@ -49,6 +49,7 @@ class TopicAdmin(EngineCore):
                 topic_id,
                 max_entries=self.config.ledger_max_entries,
                 max_bytes=self.config.ledger_max_bytes,
+                remote=self._remote,
             )
             await store.write(batch)
             self._topics[name] = Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
@@ -61,9 +62,11 @@ class TopicAdmin(EngineCore):
         return sorted(self._topics)
 
     async def delete_topic(self, name: str) -> None:
-        """Delete a topic with its data, subscriptions, buffer state and snapshots."""
-        async with self._admin_lock:
+        """Delete a topic with its data, subscriptions, buffer state and snapshots
+        (its offloaded objects too)."""
+        async with self._admin_lock, self._tier_lock:
             topic = self._topic(name)
+            urls = [info.url for info in topic.ledger.offloaded if info.url is not None]
             batch = WriteBatch()
             Catalog.prepare_delete_topic(batch, topic.topic_id)
             prepare_delete_topic(batch, topic.topic_id)
@@ -74,8 +77,12 @@ class TopicAdmin(EngineCore):
             del self._topics[name]
             self._snapshots.pop(topic.topic_id, None)
             self._retention.pop(name, None)
+            self._offload.pop(name, None)
             self.subscriptions.remove_topic(name)
             topic.notify()
+            # after the commit: a failure here only leaves orphans (logged), never data
+            # that a ledger row still points to
+            await self._delete_objects(urls, name)
 
     async def topic_stats(self, name: str) -> TopicStats:
         """``name``'s statistics as a typed value."""
@@ -96,6 +103,7 @@ class TopicAdmin(EngineCore):
             self._retention.get(name),
             min(started) if started else None,
             blocking,
+            self._offload.get(name),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:
@@ -126,12 +134,21 @@ class TopicAdmin(EngineCore):
         return await self._apply_retention(self._topic(topic))
 
     async def _apply_retention(self, topic: Topic) -> int:
+        async with self._tier_lock:
+            return await self._apply_retention_locked(topic)
+
+    async def _apply_retention_locked(self, topic: Topic) -> int:
         policy = self._retention.get(topic.name)
-        if policy is None:
+        if policy is None or topic.deleted:
             return 0
         upto = retention_cut(topic, policy, self.subscriptions.of_topic(topic.name))
         if upto is None:
             return 0
+        urls = [
+            info.url
+            for info in topic.ledger.offloaded
+            if info.ledger_id <= upto and info.url is not None
+        ]
         batch = WriteBatch()
         removed = topic.ledger.prepare_trim(batch, upto)
         first = topic.ledger.first_position()
@@ -142,6 +159,7 @@ class TopicAdmin(EngineCore):
             prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
         await self.store.write(batch)
         log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
+        await self._delete_objects(urls)  # remote ledgers go with their objects
         return removed
 
     async def take_snapshot(self, topic: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ledger import pack, unpack
+from ledger import InvalidArgumentError, normalize_url, pack, unpack
 
 MiB = 1024 * 1024
 
@@ -31,6 +31,8 @@ class EngineConfig:
     max_txn_timeout: float = 900.0
     max_message_bytes: int = 5 * MiB
     max_request_bytes: int = 32 * MiB
+    max_messages_per_request: int = 10_000
+    """Messages one HTTP produce or batch request may carry (413 ``too_large`` past it)."""
     consumer_expiry: float = 30.0
     """An HTTP consumer that has not polled for this long is detached."""
     ended_txn_retention: float = 3600.0
@@ -45,6 +47,13 @@ class EngineConfig:
     auto_recover: bool = True
     """After a storage failure, reopen and recover in place (with backoff) instead of
     staying failed until the owner reopens the engine."""
+    offload_url: str | None = None
+    """Where sealed, decided ledgers may be offloaded as Parquet objects: a local
+    directory (``file:///dir`` or a plain path) or ``s3://bucket/prefix`` (credentials
+    and endpoint from the ``AWS_*`` environment). None: no offloading (ledgers already
+    offloaded stay readable)."""
+    offload_check_interval: float = 5.0
+    """How often topics with an offload policy are checked for ledgers to offload."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
@@ -54,6 +63,7 @@ class EngineConfig:
             "ledger_max_bytes",
             "max_message_bytes",
             "max_request_bytes",
+            "max_messages_per_request",
             "max_pending_entries",
             "snapshot_every",
         ):
@@ -66,6 +76,7 @@ class EngineConfig:
             "consumer_expiry",
             "ended_txn_retention",
             "retention_check_interval",
+            "offload_check_interval",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -73,6 +84,11 @@ class EngineConfig:
             raise ValueError("min_free_bytes must not be negative")
         if self.default_txn_timeout > self.max_txn_timeout:
             raise ValueError("default_txn_timeout exceeds max_txn_timeout")
+        if self.offload_url is not None:
+            try:
+                normalize_url(self.offload_url)
+            except InvalidArgumentError as exc:
+                raise ValueError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +120,40 @@ class RetentionPolicy:
         """Inverse of :meth:`encode`."""
         max_age, max_bytes, require_ack = unpack(data)
         return cls(max_age, max_bytes, bool(require_ack))
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadPolicy:
+    """When a topic's ledgers go to the object store (``EngineConfig.offload_url``).
+
+    A ledger qualifies once it is sealed and entirely at or below the stable position.
+    With ``after`` (seconds; None: only when asked, ``engine.offload``) the background
+    pass offloads it once it stopped growing that long ago (judged by the next ledger's
+    creation, as retention does); the newest ``min_local_ledgers`` ledgers (the open one
+    included) always stay local.
+    """
+
+    after: float | None = None
+    min_local_ledgers: int = 1
+
+    def __post_init__(self) -> None:
+        after = self.after
+        if after is not None and (
+            isinstance(after, bool)
+            or not isinstance(after, int | float)
+            or not 0 <= after <= 100 * 365 * 86400
+        ):
+            raise ValueError("after must be seconds in 0..3153600000, or None")
+        n = self.min_local_ledgers
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1_000_000:
+            raise ValueError("min_local_ledgers must be an integer in 0..1000000")
+
+    def encode(self) -> bytes:
+        """Durable form."""
+        return pack([self.after, self.min_local_ledgers])
+
+    @classmethod
+    def decode(cls, data: bytes) -> OffloadPolicy:
+        """Inverse of :meth:`encode`."""
+        after, keep = unpack(data)
+        return cls(after, int(keep))

@@ -8,7 +8,7 @@ from dispatcher import FetchResult, Message, Subscription, fetch
 from ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
 from txn_buffer import PendingAck
 
-from ._core import EngineCore, EngineState, PositionsArg, parse_positions
+from ._core import EngineCore, EngineState, PositionsArg, PrincipalArg, parse_positions
 
 _MAX_RECEIVE = 10_000
 
@@ -59,12 +59,15 @@ class Consuming(EngineCore):
         max: int = 100,
         timeout: float = 0.0,
         expires: bool = True,
+        max_bytes: int | None = None,
     ) -> list[Message]:
         """Deliver up to ``max`` messages to ``consumer``, waiting up to ``timeout`` s.
 
         Attaches the consumer (an ``expires`` consumer is detached after
-        ``consumer_expiry`` seconds without polling).
+        ``consumer_expiry`` seconds without polling). With ``max_bytes``, the messages
+        hold at most that many stored bytes, but at least one comes back.
         """
+        _check_max_bytes(max_bytes)
         if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= _MAX_RECEIVE:
             raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
         if not isinstance(timeout, int | float) or timeout < 0:
@@ -74,7 +77,7 @@ class Consuming(EngineCore):
         sub = self._subscription(topic, subscription)
         sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
         started = time.perf_counter()
-        messages = await sub.receive(consumer, max, timeout)
+        messages = await sub.receive(consumer, max, timeout, max_bytes)
         if self.state is not EngineState.OPEN:
             self._check_open()
         if messages:
@@ -90,9 +93,16 @@ class Consuming(EngineCore):
         *,
         cumulative: bool = False,
         txn: TxnId | str | None = None,
+        principal: PrincipalArg = None,
     ) -> int:
-        """Acknowledge positions (durable on return); with ``txn``, on its commit only."""
+        """Acknowledge positions (durable on return); with ``txn``, on its commit only.
+
+        With a ``principal``, ``txn`` must be its own (:class:`ForbiddenError`).
+        """
         sub = self._subscription(topic, subscription)
+        if txn is not None and principal is not None:
+            await self._check_owner(txn, principal)
+            sub = self._subscription(topic, subscription)  # it may have gone meanwhile
         parsed = parse_positions(positions)
         if not parsed:
             return 0
@@ -113,6 +123,11 @@ class Consuming(EngineCore):
     async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``."""
         self._subscription(topic, subscription).nack(parse_positions(positions))
+
+    async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
+        """Take back delivered positions their receiver never read (e.g. its connection
+        closed as they were sent): delivered again first, not counted as redeliveries."""
+        self._subscription(topic, subscription).release(parse_positions(positions))
 
     async def seek(self, topic: str, subscription: str, position: Position | str) -> None:
         """Reset the cursor: before ``position`` acknowledged, from it on not."""
@@ -142,10 +157,22 @@ class Consuming(EngineCore):
         *,
         max: int = 1000,
         isolation: str = "read_committed",
+        max_bytes: int | None = None,
     ) -> FetchResult:
         """Raw entries from ``start`` (inclusive) up to the read limit, with the aborted list.
 
         read_committed returns entries at or below the stable position; ``aborted``
-        names exactly the aborted transactions with data entries in the result.
+        names exactly the aborted transactions with data entries in the result. With
+        ``max_bytes``, the entries hold at most that many stored bytes (at least one).
         """
-        return await fetch(self._topic(topic), start, max=max, isolation=isolation)
+        _check_max_bytes(max_bytes)
+        return await fetch(
+            self._topic(topic), start, max=max, isolation=isolation, max_bytes=max_bytes
+        )
+
+
+def _check_max_bytes(max_bytes: int | None) -> None:
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+    ):
+        raise InvalidArgumentError("max_bytes must be a positive integer")

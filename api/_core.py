@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,9 @@ from ledger import (
     ClosedError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     InvalidArgumentError,
+    OffloadStore,
     Position,
     Store,
     TopicNotFoundError,
@@ -30,10 +33,54 @@ from ledger import (
 from snapshots import SnapshotState
 from txn_buffer import Coordinator, Topic, TxnRecord
 
-from ._config import EngineConfig, RetentionPolicy
+from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
 from ._metrics import EngineMetrics
+from ._stats import RecoverySummary
 
 PositionsArg = Sequence[Position | str] | Position | str
+log = logging.getLogger("txnstream.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a call acts for, when the caller names one (the HTTP server with ``--auth``).
+
+    A transaction belongs to the principal that began it; another non-``admin`` principal
+    naming it gets :class:`ForbiddenError`. Transactional ids, ``finish`` idempotence keys
+    and idempotent producer names are scoped to ``name``. Calls that name no principal
+    (the embedded API) are unrestricted and unscoped, as before principals existed.
+    """
+
+    name: str
+    admin: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgumentError("a principal's name must be a non-empty string")
+
+
+PrincipalArg = Principal | str | None
+"""A :class:`Principal`, a plain name (a non-admin principal) or None (unrestricted)."""
+
+
+def as_principal(principal: PrincipalArg) -> Principal | None:
+    """``principal`` as a :class:`Principal` (a ``str`` names a non-admin one)."""
+    if principal is None or isinstance(principal, Principal):
+        return principal
+    if isinstance(principal, str):
+        return Principal(principal)
+    raise InvalidArgumentError("principal must be a Principal, a name or None")
+
+
+def owner_name(principal: PrincipalArg) -> str | None:
+    """The namespace ``principal`` scopes names in (None: the unscoped one)."""
+    p = as_principal(principal)
+    return None if p is None else p.name
+
+
+def is_restricted(principal: Principal | None) -> bool:
+    """True if ``principal`` may act only on its own transactions."""
+    return principal is not None and not principal.admin
 
 
 class EngineState(enum.Enum):
@@ -85,6 +132,8 @@ class EngineCore:
         self.path = Path(path)
         self.config = config or EngineConfig()
         self.metrics = EngineMetrics()
+        self.recovery: RecoverySummary | None = None
+        """What the last open (or in-place recovery) rebuilt; None before the first open."""
         self.state = EngineState.UNOPENED
         self._failure: BaseException | None = None
         self._store: Store | None = None
@@ -93,6 +142,16 @@ class EngineCore:
         self._topics: dict[str, Topic] = {}
         self._snapshots: dict[int, SnapshotState] = {}
         self._retention: dict[str, RetentionPolicy] = {}
+        self._offload: dict[str, OffloadPolicy] = {}
+        # one reader/writer of offloaded objects for the engine's life (its caches and
+        # fetch counters survive an in-place recovery)
+        self._remote = OffloadStore(self.config.offload_url)
+        self._remote.on_index_fetch = self.metrics.offload_index_fetches.inc
+        self._remote.on_data_fetch = self.metrics.offload_data_fetches.inc
+        # serializes what changes a topic's tiers: offload steps, retention, deletion
+        self._tier_lock = asyncio.Lock()
+        self._swept: set[int] = set()
+        """Topics whose orphan objects were looked for since the store was (re)opened."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
@@ -137,9 +196,38 @@ class EngineCore:
             raise TopicNotFoundError(f"topic {name!r} not found")
         return topic
 
+    async def _check_owner(self, txn: TxnId | str, principal: PrincipalArg) -> None:
+        """Raise :class:`ForbiddenError` unless ``principal`` may act on ``txn`` (its own,
+        or an admin, or no principal); :class:`TxnNotFoundError` if it is unknown."""
+        p = as_principal(principal)
+        if not is_restricted(p):
+            return
+        assert p is not None
+        record = self.coordinator.get(txn)
+        if await self.coordinator.owner_of(record) != p.name:
+            raise ForbiddenError(f"transaction {record.txn_id} belongs to another principal")
+
     def _check_txn(self, txn: TxnId | str) -> TxnRecord:
         try:
             return self.coordinator.check_open(txn)
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
+
+    async def _delete_objects(self, urls: Sequence[str], topic: str | None = None) -> None:
+        """Delete offloaded objects (and, with ``topic``, everything under its prefix of
+        the configured store), off the event loop; failures are logged."""
+        remote = self._remote
+        if not urls and (topic is None or remote.base_url is None):
+            return
+
+        def delete() -> None:
+            for url in urls:
+                remote.delete_ledger(url)
+            if topic is not None and remote.base_url is not None:
+                remote.delete_topic(topic)
+
+        try:
+            await asyncio.to_thread(delete)
+        except OSError as exc:
+            log.warning("could not delete offloaded objects (%s); they stay as orphans", exc)

@@ -42,18 +42,27 @@ from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 from ._admin import TopicAdmin
 from ._config import EngineConfig
 from ._consume import Consuming
-from ._core import EngineState, Health
+from ._core import (
+    EngineState,
+    Health,
+    PrincipalArg,
+    as_principal,
+    is_restricted,
+    owner_name,
+)
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
+from ._offload import Offloading
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
+from ._stats import summarize_recovery
 
 log = logging.getLogger("txnstream.engine")
 
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Consuming):
+class Engine(Producing, TopicAdmin, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -77,6 +86,7 @@ class Engine(Producing, TopicAdmin, Consuming):
 
     async def _load(self) -> None:
         """Open the store and rebuild every component from it (recovery)."""
+        started = time.perf_counter()
         store = await Store.open(
             self.path / DB_FILE,
             synchronous="FULL" if self.config.durability == "full" else "NORMAL",
@@ -84,12 +94,13 @@ class Engine(Producing, TopicAdmin, Consuming):
             min_free_bytes=self.config.min_free_bytes,
         )
         self._store = store
+        self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
             store.on_failure = self._fail
-            store.on_flush = self.metrics.on_flush
-            loaded = await load_topics(store, self.config)
+            store.on_flush = self.metrics.observe_flush
+            loaded = await load_topics(store, self.config, self._remote)
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
-            self._retention = loaded.retention
+            self._retention, self._offload = loaded.retention, loaded.offload
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
             coordinator = self._coordinator = Coordinator(
                 store,
@@ -103,6 +114,11 @@ class Engine(Producing, TopicAdmin, Consuming):
             await coordinator.load()
             await subscriptions.load({t.topic_id: t for t in self._topics.values()})
             await store.write(reconcile(self._topics, coordinator, subscriptions))
+            self.recovery = summarize_recovery(
+                self._snapshots.values(),
+                len(coordinator.list_txns("open", None, None)),
+                time.perf_counter() - started,
+            )
         except BaseException:
             await store.close()
             raise
@@ -111,6 +127,8 @@ class Engine(Producing, TopicAdmin, Consuming):
         self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
+        if self.config.offload_url is not None:
+            self._spawn(self._offload_loop(), name="txnstream-offload")
 
     async def close(self) -> None:
         """Stop background work, write everything queued, close the store. Idempotent.
@@ -276,16 +294,20 @@ class Engine(Producing, TopicAdmin, Consuming):
         timeout: float | None = None,
         transactional_id: str | None = None,
         label: str | None = None,
+        principal: PrincipalArg = None,
     ) -> Transaction:
         """Begin a transaction (``timeout`` in seconds, default from the config).
 
-        A ``transactional_id`` held by an open transaction aborts and fences it.
+        A ``transactional_id`` held by an open transaction aborts and fences it. With a
+        ``principal`` (see :class:`Principal`) the transaction belongs to it and the
+        ``transactional_id`` is scoped to it.
         """
         self._check_open()
+        owner = owner_name(principal)
         await self.store.wait_writable()
         self._check_open()
         record = self.coordinator.begin(
-            timeout=timeout, transactional_id=transactional_id, label=label
+            timeout=timeout, transactional_id=transactional_id, label=label, owner=owner
         )
         if transactional_id is not None or not self.coordinator.id_is_durable(record.txn_id):
             # the fenced predecessor's abort, or the id block's reservation, is durable on
@@ -303,18 +325,30 @@ class Engine(Producing, TopicAdmin, Consuming):
         """``async with engine.transaction() as txn``: commit on exit, abort on exception."""
         return TransactionScope(self, timeout, transactional_id, label)
 
-    async def commit(self, txn: TxnId | str) -> TxnInfo:
-        """Commit; returns once the decision and every topic's marker are durable."""
-        return await self.coordinator.read_info(await self.decide(txn, commit=True))
+    async def commit(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """Commit; returns once the decision and every topic's marker are durable.
 
-    async def abort(self, txn: TxnId | str) -> TxnInfo:
-        """Abort; returns once the decision and every topic's marker are durable."""
-        return await self.coordinator.read_info(await self.decide(txn, commit=False))
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
+        record = await self.decide(txn, commit=True, principal=principal)
+        return await self.coordinator.read_info(record)
 
-    async def decide(self, txn: TxnId | str, *, commit: bool) -> TxnRecord:
+    async def abort(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """Abort; returns once the decision and every topic's marker are durable.
+
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
+        record = await self.decide(txn, commit=False, principal=principal)
+        return await self.coordinator.read_info(record)
+
+    async def decide(
+        self, txn: TxnId | str, *, commit: bool, principal: PrincipalArg = None
+    ) -> TxnRecord:
         """Commit or abort, durable on return, without building the :class:`TxnInfo`
         (what ``Transaction.commit`` and ``abort`` need)."""
         self._check_open()
+        if principal is not None:
+            await self._check_owner(txn, principal)
         started = time.perf_counter()
         coordinator = self.coordinator
         try:
@@ -329,9 +363,13 @@ class Engine(Producing, TopicAdmin, Consuming):
             self.metrics.commit_latency.observe(time.perf_counter() - started)
         return record
 
-    async def get_transaction(self, txn: TxnId | str) -> TxnInfo:
-        """The transaction's current state, label and topics."""
+    async def get_transaction(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
+        """The transaction's current state, label and topics.
+
+        ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
+        """
         self._check_open()
+        await self._check_owner(txn, principal)
         return await self.coordinator.read_info(self.coordinator.get(txn))
 
     async def transactions(
@@ -339,25 +377,42 @@ class Engine(Producing, TopicAdmin, Consuming):
         state: str | None = None,
         label_prefix: str | None = None,
         older_than_ms: int | None = None,
+        *,
+        principal: PrincipalArg = None,
     ) -> list[TxnInfo]:
         """Known transactions, filtered by state, label prefix and age (begun more than
-        ``older_than_ms`` ago)."""
+        ``older_than_ms`` ago); with a non-admin ``principal``, only its own."""
         self._check_open()
-        return self.coordinator.list_txns(state, label_prefix, older_than_ms)
+        p = as_principal(principal)
+        infos = self.coordinator.list_txns(state, label_prefix, older_than_ms)
+        if p is not None and is_restricted(p):
+            infos = [info for info in infos if info.owner == p.name]
+        return infos
 
     async def finish(
         self,
         commit: Sequence[TxnId | str] = (),
         abort: Sequence[TxnId | str] = (),
         idempotence_key: str | None = None,
+        *,
+        principal: PrincipalArg = None,
     ) -> FinishResult:
-        """Commit and abort several transactions in one atomic step (see Coordinator)."""
+        """Commit and abort several transactions in one atomic step (see Coordinator).
+
+        With a ``principal``, the ``idempotence_key`` is scoped to it and every listed
+        transaction must be its own (unless it is an admin): else :class:`ForbiddenError`
+        and nothing changes.
+        """
         self._check_open()
         for name, ids in (("commit", commit), ("abort", abort)):
             if isinstance(ids, str) or not isinstance(ids, Sequence):
                 raise InvalidArgumentError(f"{name} must be a list of transaction ids")
+        for txn in [*commit, *abort]:
+            await self._check_owner(txn, principal)
         try:
-            return await self.coordinator.finish(commit, abort, idempotence_key)
+            return await self.coordinator.finish(
+                commit, abort, idempotence_key, owner=owner_name(principal)
+            )
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise

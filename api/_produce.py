@@ -20,8 +20,16 @@ from ledger import (
     WriteBatch,
     encode_value,
 )
+from txn_buffer import scoped_name
 
-from ._core import EngineCore, EngineState, ProduceResult, check_values
+from ._core import (
+    EngineCore,
+    EngineState,
+    PrincipalArg,
+    ProduceResult,
+    check_values,
+    owner_name,
+)
 
 
 def _check_message(
@@ -81,13 +89,15 @@ class Producing(EngineCore):
         txn: TxnId | str | None = None,
         producer: str | None = None,
         sequence: int | None = None,
+        principal: PrincipalArg = None,
     ) -> ProduceResult:
         """Append ``messages`` atomically; durable when this returns.
 
         With ``producer`` and ``sequence`` (the first message's sequence number), a
         batch at or below the producer's last stored sequence is a duplicate: nothing is
         appended and the original positions are returned if known. With ``txn`` the
-        messages belong to that open transaction.
+        messages belong to that open transaction. With a ``principal``, ``txn`` must be
+        its own (:class:`ForbiddenError`) and ``producer`` is scoped to it.
         """
         self._topic(topic)
         if (producer is None) != (sequence is None):
@@ -98,6 +108,11 @@ class Producing(EngineCore):
             isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
         ):
             raise InvalidArgumentError("sequence must be a non-negative integer")
+        if principal is not None:
+            if txn is not None:
+                await self._check_owner(txn, principal)
+            if producer is not None:
+                producer = scoped_name(owner_name(principal), producer)
         result = await self._append(topic, messages, txn, producer, sequence, wait=True)
         if isinstance(result, ProduceResult):
             return result

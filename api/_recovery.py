@@ -19,11 +19,11 @@ import logging
 from dataclasses import dataclass, field
 
 from dispatcher import SubscriptionRegistry
-from ledger import Catalog, EngineError, EntryKind, ManagedLedger, Store, WriteBatch
+from ledger import Catalog, EngineError, EntryKind, ManagedLedger, OffloadStore, Store, WriteBatch
 from snapshots import SnapshotState, recover_topic
 from txn_buffer import Coordinator, ProducerState, Topic, TxnRecord, TxnState
 
-from ._config import EngineConfig, RetentionPolicy
+from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
 
 log = logging.getLogger("txnstream.engine")
 
@@ -32,24 +32,36 @@ _LOADERS = 8
 
 @dataclass(slots=True)
 class LoadedTopics:
-    """What :func:`load_topics` rebuilt: topics by name, snapshot state, retention."""
+    """What :func:`load_topics` rebuilt: topics by name, snapshot state, retention and
+    offload policies."""
 
     topics: dict[str, Topic] = field(default_factory=dict)
     snapshots: dict[int, SnapshotState] = field(default_factory=dict)
     retention: dict[str, RetentionPolicy] = field(default_factory=dict)
+    offload: dict[str, OffloadPolicy] = field(default_factory=dict)
 
 
-async def load_topics(store: Store, config: EngineConfig) -> LoadedTopics:
-    """Reopen and recover every topic of ``store`` (several at a time)."""
+async def load_topics(
+    store: Store, config: EngineConfig, remote: OffloadStore | None = None
+) -> LoadedTopics:
+    """Reopen and recover every topic of ``store`` (several at a time); ``remote`` reads
+    the topics' offloaded ledgers."""
     catalog = Catalog(store)
     loaded = LoadedTopics()
 
-    async def load(topic_id: int, name: str, created_ms: int, retention: bytes | None) -> None:
+    async def load(
+        topic_id: int,
+        name: str,
+        created_ms: int,
+        retention: bytes | None,
+        offload: bytes | None,
+    ) -> None:
         ledger = await ManagedLedger.open(
             store,
             topic_id,
             max_entries=config.ledger_max_entries,
             max_bytes=config.ledger_max_bytes,
+            remote=remote,
         )
         buffer, state = await recover_topic(ledger)
         producers = {
@@ -59,13 +71,15 @@ async def load_topics(store: Store, config: EngineConfig) -> LoadedTopics:
         loaded.snapshots[topic_id] = state
         if retention is not None:
             loaded.retention[name] = RetentionPolicy.decode(retention)
+        if offload is not None:
+            loaded.offload[name] = OffloadPolicy.decode(offload)
         loaded.topics[name] = Topic(name, topic_id, ledger, buffer, producers, created_ms)
 
     rows = iter(await catalog.topics())
 
     async def loader() -> None:
         for row in rows:  # shared: each topic is taken by one loader
-            await load(row.topic_id, row.name, row.created_ms, row.retention)
+            await load(row.topic_id, row.name, row.created_ms, row.retention, row.offload)
 
     # A few loaders, not a task per topic: ten thousand tasks would all take their first
     # step in one loop iteration, and the reads share two connections anyway.

@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger import DB_FILE, Catalog, DrillError, EntryKind, ManagedLedger, Position, Store, TxnId
+from ledger import (
+    DB_FILE,
+    Catalog,
+    DrillError,
+    EntryKind,
+    ManagedLedger,
+    OffloadStore,
+    Position,
+    Store,
+    TxnId,
+)
 from snapshots import full_replay, recover
 from txn_buffer import TxnBuffer
 
@@ -147,7 +157,11 @@ async def _replay_topic(
     store: Store, topic_id: int, name: str, config: EngineConfig, step: Callable[[str], None]
 ) -> TopicReplay:
     ledger = await ManagedLedger.open(
-        store, topic_id, max_entries=config.ledger_max_entries, max_bytes=config.ledger_max_bytes
+        store,
+        topic_id,
+        max_entries=config.ledger_max_entries,
+        max_bytes=config.ledger_max_bytes,
+        remote=OffloadStore(),  # offloaded ledgers are read by their own URLs
     )
     step(f"{name}: snapshot recovery")
     started = time.perf_counter()

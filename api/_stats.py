@@ -7,6 +7,7 @@ embedded ``Engine.stats()`` returns too, so both surfaces share one shape.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from ledger import Position, ms_to_datetime
 from snapshots import SnapshotState
 from txn_buffer import Topic
 
-from ._config import RetentionPolicy
+from ._config import OffloadPolicy, RetentionPolicy
 
 
 def _str(position: Position | None) -> str | None:
@@ -23,7 +24,10 @@ def _str(position: Position | None) -> str | None:
 
 
 def _iso(ms: int | None) -> str | None:
-    return None if ms is None else ms_to_datetime(ms).isoformat()
+    """ISO 8601 UTC with milliseconds and ``Z``, as every HTTP body writes times."""
+    if ms is None:
+        return None
+    return ms_to_datetime(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,10 @@ class SubscriptionStats:
     backlog: int
     mark_delete: Position | None
     consumers: list[str]
+    unacked: int = 0
+    """Messages delivered to a consumer and not yet acknowledged."""
+    redeliveries: int = 0
+    """Messages released for redelivery since the engine opened."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape."""
@@ -44,6 +52,8 @@ class SubscriptionStats:
             "backlog": self.backlog,
             "mark_delete": _str(self.mark_delete),
             "consumers": list(self.consumers),
+            "unacked": self.unacked,
+            "redeliveries": self.redeliveries,
         }
 
 
@@ -98,6 +108,29 @@ class BlockingTxn:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverySummary:
+    """What the engine's last open (or in-place recovery) rebuilt, over every topic."""
+
+    topics: int
+    from_snapshot: int
+    """Topics whose buffer started from a snapshot (the rest were replayed in full)."""
+    entries_replayed: int
+    open_txns: int
+    """Transactions open after recovery (they keep their deadlines)."""
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {
+            "topics": self.topics,
+            "from_snapshot": self.from_snapshot,
+            "entries_replayed": self.entries_replayed,
+            "open_txns": self.open_txns,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStats:
     """A topic's positions, transaction-buffer counts, storage and subscriptions."""
 
@@ -110,12 +143,19 @@ class TopicStats:
     aborted_txns: int
     ledgers: int
     entries: int
+    bytes: int
+    """Payload bytes of the retained ledgers (what the entries hold, not the file size)."""
+    offloaded_ledgers: int
+    """Ledgers in the object store (counted in ``ledgers`` too)."""
+    offloaded_bytes: int
+    """Bytes of their objects."""
     oldest_open_txn_started_ms: int | None
     blocking_txn: BlockingTxn | None
     snapshot: SnapshotStats | None
     recovery: RecoveryStats | None
     retention: RetentionPolicy | None
     subscriptions: dict[str, SubscriptionStats]
+    offload: OffloadPolicy | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The HTTP stats body (HTTP_API.md), extra fields included."""
@@ -128,6 +168,9 @@ class TopicStats:
             "aborted_txns": self.aborted_txns,
             "ledgers": self.ledgers,
             "entries": self.entries,
+            "bytes": self.bytes,
+            "offloaded_ledgers": self.offloaded_ledgers,
+            "offloaded_bytes": self.offloaded_bytes,
             "oldest_open_txn_started_at": _iso(self.oldest_open_txn_started_ms),
             "blocking_txn": None if self.blocking_txn is None else self.blocking_txn.as_dict(),
             "snapshot": None if self.snapshot is None else self.snapshot.as_dict(),
@@ -138,6 +181,14 @@ class TopicStats:
                 "max_age": policy.max_age,
                 "max_bytes": policy.max_bytes,
                 "require_ack": policy.require_ack,
+            },
+            "offload": None
+            if self.offload is None
+            else {
+                "after_ms": None
+                if self.offload.after is None
+                else round(self.offload.after * 1000),
+                "min_local_ledgers": self.offload.min_local_ledgers,
             },
             "subscriptions": {name: sub.as_dict() for name, sub in self.subscriptions.items()},
         }
@@ -150,6 +201,7 @@ async def topic_stats(
     retention: RetentionPolicy | None,
     oldest_open_txn_started_ms: int | None,
     blocking_txn: BlockingTxn | None = None,
+    offload: OffloadPolicy | None = None,
 ) -> TopicStats:
     """Read ``topic``'s statistics (one backlog query per subscription)."""
     buffer = topic.buffer
@@ -161,6 +213,8 @@ async def topic_stats(
             await sub.backlog(),
             sub.cursor.mark_delete,
             list(sub.consumers),
+            sub.unacked,
+            sub.redeliveries,
         )
     lac, stable = buffer.last_confirmed, buffer.max_read_position
     taken = None
@@ -169,6 +223,7 @@ async def topic_stats(
             snapshot.position, snapshot.taken_ms, snapshot.size, len(snapshot.segments)
         )
     info = None if snapshot is None else snapshot.recovery
+    remote = topic.ledger.offloaded
     return TopicStats(
         topic=topic.name,
         last_confirmed=lac,
@@ -178,6 +233,9 @@ async def topic_stats(
         aborted_txns=len(buffer.aborted_txns),
         ledgers=len(topic.ledger.ledgers),
         entries=topic.ledger.count_between(None, lac),
+        bytes=sum(info.bytes for info in topic.ledger.ledgers),
+        offloaded_ledgers=len(remote),
+        offloaded_bytes=sum(ledger.size or 0 for ledger in remote),
         oldest_open_txn_started_ms=oldest_open_txn_started_ms,
         blocking_txn=blocking_txn,
         snapshot=taken,
@@ -186,4 +244,19 @@ async def topic_stats(
         else RecoveryStats(info.from_snapshot, info.entries_replayed, info.seconds),
         retention=retention,
         subscriptions=subs,
+        offload=offload,
     )
+
+
+def summarize_recovery(
+    states: Iterable[SnapshotState], open_txns: int, seconds: float
+) -> RecoverySummary:
+    """Sum the topics' recovery records into one :class:`RecoverySummary`."""
+    topics = from_snapshot = replayed = 0
+    for state in states:
+        topics += 1
+        info = state.recovery
+        if info is not None:
+            from_snapshot += info.from_snapshot
+            replayed += info.entries_replayed
+    return RecoverySummary(topics, from_snapshot, replayed, open_txns, seconds)

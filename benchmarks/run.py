@@ -54,6 +54,7 @@ GROUP_MODULES = (
     "benchmarks.x1_scale",
     "benchmarks.extra_groups",
     "benchmarks.m_soak",
+    "benchmarks.t_tiers",
 )
 """Modules whose import registers figure groups (later issues append theirs)."""
 

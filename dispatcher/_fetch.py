@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger import EntryKind, InvalidArgumentError, Position, TxnId, ms_to_datetime
+from ledger import (
+    Entry,
+    EntryKind,
+    InvalidArgumentError,
+    ManagedLedger,
+    Position,
+    TxnId,
+    ms_to_datetime,
+)
 from txn_buffer import Topic
 
 from ._subscription import Isolation, parse_enum
@@ -55,7 +63,12 @@ class FetchResult:
 
 
 async def fetch(
-    topic: Topic, start: Position | str | None, *, max: int, isolation: str
+    topic: Topic,
+    start: Position | str | None,
+    *,
+    max: int,
+    isolation: str,
+    max_bytes: int | None = None,
 ) -> FetchResult:
     """Raw entries of ``topic`` from ``start`` (inclusive) up to the read limit.
 
@@ -74,15 +87,25 @@ async def fetch(
     limit = stable if level is Isolation.READ_COMMITTED else lac
     if limit is None or begin > limit:
         return FetchResult([], [], begin, stable, lac)
-    entries = await topic.ledger.read(begin, limit, max)
+    ledger = topic.ledger
+    if max_bytes is None:
+        entries = await ledger.read(begin, limit, max)
+    else:
+        entries = await _read_budgeted(ledger, begin, limit, max, max_bytes)
+    remote_index: dict[TxnId, Position] = {}
+    if begin.ledger_id <= ledger.remote_upto:
+        remote_index = await _remote_aborted(topic, entries)
     aborted: dict[TxnId, Position] = {}
     fetched = []
     for entry in entries:
         txn_id = entry.txn_id
         if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
-            info = buffer.aborted_txns.get(txn_id)
-            if info is not None:
-                aborted[txn_id] = info.first
+            since = remote_index.get(txn_id) if remote_index else None
+            if since is None:
+                info = buffer.aborted_txns.get(txn_id)
+                since = None if info is None else info.first
+            if since is not None:
+                aborted[txn_id] = since
         fetched.append(
             FetchedEntry(
                 entry.position,
@@ -102,3 +125,49 @@ async def fetch(
         stable,
         lac,
     )
+
+
+async def _remote_aborted(topic: Topic, entries: list[Entry]) -> dict[TxnId, Position]:
+    """Aborted transactions from the aborted indexes of the remote ledgers, Kafka-style.
+
+    As a Kafka fetch over remote segments, the indexes of every remote ledger from the
+    first one holding transactional data in ``entries`` on are collected (an ABORT
+    marker may lie in a later ledger than its data), except those flagged empty
+    (KIP-1058: ``has_aborts`` false costs no request). A transaction whose marker is
+    still local is in the buffer's aborted set, which the caller consults next.
+    """
+    upto = topic.ledger.remote_upto
+    first = next(
+        (
+            e.position.ledger_id
+            for e in entries
+            if e.position.ledger_id <= upto and e.kind is EntryKind.DATA and e.txn_id is not None
+        ),
+        None,
+    )
+    if first is None:
+        return {}
+    return {row.txn_id: row.first for row in await topic.ledger.remote_aborted(first)}
+
+
+async def _read_budgeted(
+    ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int
+) -> list[Entry]:
+    """At most ``count`` entries from ``begin`` holding at most ``max_bytes`` stored bytes
+    (at least one entry), read in pages that grow while they fit, so a budget of a few
+    MiB never reads thousands of large values into memory first."""
+    out: list[Entry] = []
+    used, page, position = 0, 64, begin
+    while len(out) < count:
+        entries = await ledger.read(position, limit, min(page, count - len(out)))
+        if not entries:
+            break
+        for entry in entries:
+            if out and used + entry.size > max_bytes:
+                return out
+            out.append(entry)
+            used += entry.size
+        last = entries[-1].position
+        position = Position(last.ledger_id, last.entry_id + 1)
+        page *= 4
+    return out

@@ -208,6 +208,9 @@ class Subscription:
         self._held_keys: set[str | None] = set()
         self._replay: SortedSet = SortedSet()
         self._redelivery: dict[Position, int] = {}
+        self.redeliveries = 0
+        """Messages released for redelivery (nack, detach, abort of a transactional ack)
+        since the engine opened."""
         self._txn_acks: dict[Position, TxnId] = {}
         self._txn_cumulative: dict[TxnId, Position] = {}
         self._lock = asyncio.Lock()
@@ -257,7 +260,7 @@ class Subscription:
         for key in released:
             del self._pending[key]
             position = _unkey(key)
-            self._redelivery[position] = self._redelivery.get(position, 0) + 1
+            self._count_redelivery(position)
             self._replay.add(position)
         self.topic.notify()
 
@@ -289,20 +292,23 @@ class Subscription:
 
     # -- delivery ------------------------------------------------------------------
 
-    async def receive(self, consumer: str, max_messages: int, timeout: float) -> list[Message]:
-        """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first."""
+    async def receive(
+        self, consumer: str, max_messages: int, timeout: float, max_bytes: int | None = None
+    ) -> list[Message]:
+        """Up to ``max_messages`` for ``consumer``, waiting up to ``timeout`` for the first;
+        with ``max_bytes``, no more stored bytes than that (but always at least one)."""
         attached = self.consumers.get(consumer)
         if attached is None:
             return []
         attached.polling += 1
         try:
-            return await self._receive(attached, max_messages, timeout)
+            return await self._receive(attached, max_messages, timeout, max_bytes)
         finally:
             attached.polling -= 1
             attached.last_seen = time.monotonic()
 
     async def _receive(
-        self, attached: Consumer, max_messages: int, timeout: float
+        self, attached: Consumer, max_messages: int, timeout: float, max_bytes: int | None
     ) -> list[Message]:
         consumer = attached.name
         loop = asyncio.get_running_loop()
@@ -311,7 +317,7 @@ class Subscription:
             event = self.topic.change_event()
             self._check_usable()
             async with self._lock:
-                messages = await self._collect(consumer, max_messages)
+                messages = await self._collect(consumer, max_messages, max_bytes)
             if messages or consumer not in self.consumers:
                 return messages
             remaining = deadline - loop.time()
@@ -404,18 +410,44 @@ class Subscription:
                 break
         return chosen
 
-    async def _collect(self, consumer: str, max_messages: int) -> list[Message]:
+    async def _collect(
+        self, consumer: str, max_messages: int, max_bytes: int | None = None
+    ) -> list[Message]:
+        out: list[Message] = []
+        try:
+            await self._collect_into(out, consumer, max_messages, max_bytes)
+        except asyncio.CancelledError:
+            # the caller is gone (e.g. its HTTP client disconnected): what was taken for
+            # it goes back, first in line and not counted as a redelivery
+            self.release([message.position for message in out])
+            raise
+        return out
+
+    async def _collect_into(
+        self, out: list[Message], consumer: str, max_messages: int, max_bytes: int | None
+    ) -> None:
         if consumer not in self.consumers:
-            return []  # detached (closed) while waiting
+            return  # detached (closed) while waiting
         ordered = self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
         if ordered and next(iter(self.consumers), None) != consumer:
-            return []  # only the exclusive or active failover consumer receives
+            return  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
             live = {_unkey(k) for k in self._pending} | set(self._replay)
             self._keys = {p: k for p, k in self._keys.items() if p in live}
             self._key_holders = {self._keys.get(_unkey(p)): c for p, c in self._pending.items()}
             self._held_keys = {self._keys.get(p) for p in self._replay}
-        out: list[Message] = []
+        budget = [max_bytes if max_bytes is not None else -1]  # -1: no byte budget
+
+        def fits(entry: Entry) -> bool:
+            """Room for ``entry`` in the response (the first one always fits)."""
+            if budget[0] < 0:
+                return True
+            if out and entry.size > budget[0]:
+                budget[0] = 0  # full: what follows waits too, so order holds
+                return False
+            budget[0] = max(0, budget[0] - entry.size)
+            return True
+
         ledger = self.topic.ledger
         cursor = self.cursor
         if self._replay:
@@ -432,26 +464,32 @@ class Subscription:
                         self._replay.discard(position)
                         continue
                     self._keys[position] = entry.key
-                    if len(out) < max_messages and self._target(entry, consumer) == consumer:
+                    if (
+                        len(out) < max_messages
+                        and self._target(entry, consumer) == consumer
+                        and fits(entry)
+                    ):
                         self._replay.discard(position)
                         out.append(self._deliver(entry, consumer))
         if self.type is SubscriptionType.KEY_SHARED:
             self._held_keys = {self._keys.get(p) for p in self._replay}
         scanned = 0
-        while len(out) < max_messages:
+        while len(out) < max_messages and budget[0] != 0:
             limit = self.read_limit
             if limit is None or self.read_position > limit:
                 break
             remaining = max_messages - len(out)
-            if ordered:
+            rows: list[Row] | None = None
+            if ordered and budget[0] < 0:
                 # Read a little more than is missing (markers and aborted entries are
                 # skipped); what lies past the last delivered message stays unread.
                 ahead = int(remaining * self._skip_ratio) + 16
                 rows = await ledger.read_rows(
                     self.read_position, limit, min(remaining + ahead, _MAX_ROWS)
                 )
-                if not rows:
+                if rows is not None and not rows:
                     break
+            if rows is not None:
                 if self._deliver_rows(rows, consumer, remaining, out):
                     continue
                 entries = [decode_row(row) for row in rows]  # the general path below
@@ -460,6 +498,8 @@ class Subscription:
                     if scanned >= _KEY_SHARED_LOOKAHEAD:
                         break
                     chunk = _READ_CHUNK
+                elif ordered:
+                    chunk = remaining  # unread ones stay unread (see below)
                 else:
                     chunk = min(_READ_CHUNK, remaining)
                 entries = await ledger.read(self.read_position, limit, chunk)
@@ -484,11 +524,11 @@ class Subscription:
                     not held
                     and len(out) < max_messages
                     and self._target(entry, consumer) == consumer
+                    and fits(entry)
                 ):
                     out.append(self._deliver(entry, consumer))
                 else:
-                    self._hold(entry)
-        return out
+                    self._hold(entry)  # beyond the budget too: first in line next time
 
     def _deliver_rows(
         self, rows: list[Row], consumer: str, remaining: int, out: list[Message]
@@ -643,7 +683,7 @@ class Subscription:
         else:
             for position in held:
                 if not self.cursor.is_acked(position) and position < self.read_position:
-                    self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                    self._count_redelivery(position)
                     self._replay.add(position)
         self.topic.notify()
 
@@ -652,7 +692,15 @@ class Subscription:
         self._check_positions(positions)
         for position in positions:
             if self._pending.pop(_key(position), None) is not None:
-                self._redelivery[position] = self._redelivery.get(position, 0) + 1
+                self._count_redelivery(position)
+                self._replay.add(position)
+        self.topic.notify()
+
+    def release(self, positions: Sequence[Position]) -> None:
+        """Take back delivered positions nobody received (their receiver went away before
+        reading them): first in line again, not counted as redeliveries."""
+        for position in positions:
+            if self._pending.pop(_key(position), None) is not None:
                 self._replay.add(position)
         self.topic.notify()
 
@@ -688,7 +736,16 @@ class Subscription:
         self.read_position = start
         self.topic.notify()
 
+    def _count_redelivery(self, position: Position) -> None:
+        self._redelivery[position] = self._redelivery.get(position, 0) + 1
+        self.redeliveries += 1
+
     # -- stats ---------------------------------------------------------------------
+
+    @property
+    def unacked(self) -> int:
+        """Messages delivered to a consumer and not yet acknowledged (nor released)."""
+        return len(self._pending)
 
     async def backlog(self) -> int:
         """Deliverable entries at or below the read limit not yet acknowledged."""

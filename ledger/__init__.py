@@ -25,11 +25,14 @@ from ._errors import (
     EngineError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     IncompatibleSnapshotError,
     InsufficientStorageError,
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
+    OffloadNotConfiguredError,
+    RemoteStorageError,
     SnapshotError,
     SubscriptionConflictError,
     SubscriptionNotFoundError,
@@ -43,11 +46,14 @@ from ._errors import (
 )
 from ._ledger import EntryMeta, LedgerInfo, ManagedLedger, Row, decode_row, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
+from ._offload import OffloadStore, normalize_url, sidecar_url
+from ._parquet import AbortedIndexRow, OffloadedObject, json_text, split_value
 from ._position import Position
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 
 __all__ = [
+    "AbortedIndexRow",
     "AckConflictError",
     "Catalog",
     "ClosedError",
@@ -64,6 +70,7 @@ __all__ = [
     "EntryKind",
     "EntryMeta",
     "FencedError",
+    "ForbiddenError",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
     "InvalidArgumentError",
@@ -72,9 +79,13 @@ __all__ = [
     "LedgerInfo",
     "ManagedLedger",
     "NotFoundError",
+    "OffloadNotConfiguredError",
+    "OffloadStore",
+    "OffloadedObject",
     "OutgoingMessage",
     "Position",
     "ProducerRow",
+    "RemoteStorageError",
     "Row",
     "SnapshotError",
     "Store",
@@ -95,10 +106,14 @@ __all__ = [
     "decode_row",
     "encode_payload",
     "encode_value",
+    "json_text",
     "ms_to_datetime",
+    "normalize_url",
     "now_ms",
     "pack",
     "plain_payload_layout",
+    "sidecar_url",
+    "split_value",
     "unpack",
     "validate_name",
 ]

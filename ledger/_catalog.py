@@ -57,12 +57,14 @@ def validate_name(name: Any, what: str = "topic") -> str:
 
 @dataclass(frozen=True, slots=True)
 class TopicRow:
-    """A topic as stored: id, name, creation time and its encoded retention policy."""
+    """A topic as stored: id, name, creation time, its encoded retention and offload
+    policies."""
 
     topic_id: int
     name: str
     created_ms: int
     retention: bytes | None
+    offload: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +86,9 @@ class Catalog:
     async def topics(self) -> list[TopicRow]:
         """Every topic, by id."""
         rows = await self._store.read(
-            "SELECT topic_id, name, created_ms, retention FROM topics ORDER BY topic_id"
+            "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
         )
-        return [TopicRow(int(t), str(n), int(c), r) for t, n, c, r in rows]
+        return [TopicRow(int(t), str(n), int(c), r, o) for t, n, c, r, o in rows]
 
     async def next_topic_id(self) -> int:
         """An id never used by any topic, deleted ones included."""
@@ -112,6 +114,11 @@ class Catalog:
     def prepare_retention(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:
         """Store the topic's encoded retention policy."""
         batch.add("UPDATE topics SET retention = ? WHERE topic_id = ?", (encoded, topic_id))
+
+    @staticmethod
+    def prepare_offload_policy(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:
+        """Store the topic's encoded offload policy."""
+        batch.add("UPDATE topics SET offload = ? WHERE topic_id = ?", (encoded, topic_id))
 
     @staticmethod
     def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:

@@ -79,6 +79,8 @@ class Entry:
     properties: dict[str, str]
     publish_time: int
     """Milliseconds since the epoch at append time."""
+    size: int = 0
+    """Stored bytes of the entry (key, value, properties): for response byte budgets."""
 
     @property
     def is_marker(self) -> bool:

@@ -15,15 +15,18 @@ the HTTP client (``api.client``) raises the other way round, a status and code a
         + SubscriptionNotFoundError
         + TxnNotFoundError
       x TxnNotOpenError               409 txn_not_open: the transaction has ended
+      x ForbiddenError                403 forbidden: another principal's transaction
       x FencedError                   409 fenced: a newer holder of the transactional id
       x ConflictError                 409 conflict
         + ConsumerBusyError           a second consumer on an exclusive subscription
         + AckConflictError            position pending in another open transaction
         + SubscriptionConflictError   subscription exists with other settings
+        + OffloadNotConfiguredError   offloading asked of an engine with no offload URL
       x TooLargeError                 413 too_large
       x InvalidArgumentError          400 invalid_request; also a ValueError and TypeError
       x LedgerError
         + CorruptEntryError           an entry failed to decode
+        + RemoteStorageError          503 unavailable: the offload object store failed
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
       x TxnStreamSourceError          the Spark data source: a bad option, path or answer
@@ -85,6 +88,14 @@ class TxnNotOpenError(EngineError):
     """The transaction has ended (or is ending) the other way, or timed out."""
 
 
+class ForbiddenError(EngineError):
+    """The calling principal may not act on this: a transaction another principal began.
+
+    Raised only when a call names a principal (the HTTP server with ``--auth`` does); the
+    embedded API without one is unrestricted.
+    """
+
+
 class FencedError(EngineError):
     """The transaction was fenced: its ``transactional_id`` was taken by a newer begin."""
 
@@ -123,6 +134,17 @@ class LedgerError(EngineError):
 
 class CorruptEntryError(LedgerError):
     """A stored entry could not be decoded (unknown format version or damaged bytes)."""
+
+
+class RemoteStorageError(LedgerError):
+    """The object store holding offloaded ledgers failed (unreachable, object missing,
+    verification failed); nothing was switched, and reads of local ledgers go on."""
+
+    retriable = True
+
+
+class OffloadNotConfiguredError(ConflictError):
+    """Offloading was asked for but the engine has no ``offload_url``."""
 
 
 class SnapshotError(EngineError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -126,6 +126,17 @@ _STEPS: dict[int, str] = {
     1: _DDL_V1,
     # why a transaction ended (client, timeout, fenced, low_watermark), for operators
     2: "ALTER TABLE txns ADD COLUMN reason TEXT;",
+    # the principal that began a transaction (HTTP auth); NULL: unowned (embedded, no auth)
+    3: "ALTER TABLE txns ADD COLUMN owner TEXT;",
+    # tiered storage: where a ledger lives ('local' or 'remote': its object's URL, size
+    # and checksum) and each topic's offload policy
+    4: """
+ALTER TABLE ledgers ADD COLUMN location TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE ledgers ADD COLUMN url TEXT;
+ALTER TABLE ledgers ADD COLUMN size INTEGER;
+ALTER TABLE ledgers ADD COLUMN checksum TEXT;
+ALTER TABLE topics ADD COLUMN offload BLOB;
+""",
 }
 
 

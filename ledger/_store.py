@@ -181,9 +181,12 @@ class Store:
         self._closed = False
         self.failure: BaseException | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
-        self.on_flush: Callable[[int], None] | None = None
+        self.on_flush: Callable[[int, float], None] | None = None
+        """Called after each flush with its entry count and its duration in seconds
+        (the SQLite transaction, fsync included)."""
         self._inflight: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
         self._attempt = 0
+        self._started = 0.0  # when the flush in flight went to the thread
         self._idle = asyncio.Event()  # set while nothing is in flight
         self._idle.set()
         self._lock: DirectoryLock | None = None
@@ -382,6 +385,7 @@ class Store:
         self._inflight = (batch, future)
         self._idle.clear()
         self._attempt = 0
+        self._started = time.perf_counter()
         self._hop(batch)
 
     def _hop(self, batch: WriteBatch) -> None:
@@ -428,14 +432,17 @@ class Store:
             return
         self._inflight = None
         self._inflight_entries = 0
+        seconds = time.perf_counter() - self._started
         self._kick()  # the next due flush goes to disk before this one's callbacks run
-        self._complete(batch, future)
+        self._complete(batch, future, seconds)
         if self._inflight is None:
             self._kick()  # a callback may have submitted more
             if self._inflight is None:
                 self._idle.set()
 
-    def _complete(self, batch: WriteBatch, future: asyncio.Future[None] | None) -> None:
+    def _complete(
+        self, batch: WriteBatch, future: asyncio.Future[None] | None, seconds: float
+    ) -> None:
         """A flush is durable: its callbacks in submission order, then its waiters."""
         for callback in batch._callbacks:
             try:
@@ -446,7 +453,7 @@ class Store:
         if future is not None and not future.done():
             future.set_result(None)
         if self.on_flush is not None:
-            self.on_flush(batch.entries)
+            self.on_flush(batch.entries, seconds)
         self._flushed.set()  # wakes wait_writable to look again
 
     def _fail(self, exc: BaseException, futures: list[asyncio.Future[None] | None]) -> None:

@@ -1,5 +1,11 @@
 """Shared fixtures: a fresh engine on a fresh data directory for every test, and one live
-server per session (started on first use) for the client and CLI tests."""
+server per session (started on first use) for the client and CLI tests.
+
+``s3_server`` is one real SeaweedFS S3 server per test session (started on first use,
+``tests/objectstore.py``), with the ``AWS_*`` environment pointing at it for the
+session; ``offload_url`` runs a test once against a local-directory store and once
+against a fresh prefix of that S3 server.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from objectstore import SeaweedFS, start_seaweedfs
 from support import running_server
 
 from api import Engine, EngineConfig
@@ -48,3 +55,28 @@ def base_url(server_url: str) -> str:
 def name() -> str:
     """A fresh topic/subscription name prefix for one test."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    saved = {name: os.environ.get(name) for name in server.environ()}
+    os.environ.update(server.environ())  # the engine, pyarrow and child processes use it
+    try:
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def offload_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty offload store: a local directory, or a fresh prefix on ``s3_server``."""
+    if request.param == "local":
+        return (tmp_path / "objects").as_uri()
+    server: SeaweedFS = request.getfixturevalue("s3_server")
+    return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"

@@ -54,16 +54,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(data: Path) -> Iterator[str]:
+def running_server(data: Path, auth_file: Path | None = None) -> Iterator[str]:
     """A ``txnstream serve`` server over ``data`` on a free loopback port; yields its URL.
 
     Made by ``api.cli.make_server`` (the lifespan of ``serve``) and run in a background
-    thread with its own event loop; stopped (and the engine closed) on exit.
+    thread with its own event loop; stopped (and the engine closed) on exit. With
+    ``auth_file``, it requires tokens (``serve --auth``).
     """
     from api.cli import make_server
+    from api.cli._serve import access_policy
 
     port = free_port()
-    server = make_server(data, "127.0.0.1", port, log_level="warning")
+    access = access_policy("127.0.0.1", auth_file=auth_file)
+    server = make_server(data, "127.0.0.1", port, log_level="warning", access=access)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
     wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")
@@ -196,3 +199,127 @@ def write_lock(db: Path) -> Iterator[sqlite3.Connection]:
             yield conn
         finally:
             conn.execute("ROLLBACK")
+
+
+# -- auth (issue 11): principals files and servers that require tokens ------------------
+
+AUTH_TOKENS = {
+    "ops": "ops-secret-token",
+    "alice": "alice-secret-token",
+    "bob": "bob-secret-token",
+}
+"""The tokens of :func:`write_auth_file`'s principals (ops is an admin)."""
+
+ALL_ACTIONS = ["produce", "consume", "manage"]
+
+
+def write_auth_file(path: Path, tokens: dict[str, str] | None = None) -> Path:
+    """A principals file: ``ops`` (admin, its token as ``sha256:``), ``alice`` (everything
+    on ``a-*``, produce+consume on ``shared``, consume on ``ro``) and ``bob`` (everything
+    on ``b-*``, produce+consume on ``shared``)."""
+    import hashlib
+    import json
+
+    tokens = {**AUTH_TOKENS, **(tokens or {})}
+    digest = hashlib.sha256(tokens["ops"].encode()).hexdigest()
+    document = {
+        "principals": [
+            {"name": "ops", "token": f"sha256:{digest}", "admin": True},
+            {
+                "name": "alice",
+                "token": tokens["alice"],
+                "grants": [
+                    {"topic": "a-*", "actions": ALL_ACTIONS},
+                    {"topic": "shared", "actions": ["produce", "consume"]},
+                    {"topic": "ro", "actions": ["consume"]},
+                ],
+            },
+            {
+                "name": "bob",
+                "token": tokens["bob"],
+                "grants": [
+                    {"topic": "b-*", "actions": ALL_ACTIONS},
+                    {"topic": "shared", "actions": ["produce", "consume"]},
+                ],
+            },
+        ]
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def bearer(name: str) -> dict[str, str]:
+    """The ``Authorization`` header of principal ``name`` of :data:`AUTH_TOKENS`."""
+    return {"Authorization": f"Bearer {AUTH_TOKENS[name]}"}
+
+
+class ServeSubprocess:
+    """``python -m api serve`` with extra ``args`` on a free loopback port, as a process.
+
+    ``verify`` is what httpx should verify an HTTPS server with (a CA file's path).
+    """
+
+    def __init__(
+        self, data: Path, log: Path, *args: str, scheme: str = "http", verify: Any = True
+    ) -> None:
+        self.data = data
+        self.log_path = log
+        self.args = args
+        self.port = free_port()
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify = verify
+        self.proc: Any = None
+
+    def start(self) -> ServeSubprocess:
+        import os
+        import subprocess
+        import sys
+
+        import httpx
+
+        repo = Path(__file__).resolve().parents[1]
+        command = [sys.executable, "-m", "api", "serve", "--data", str(self.data)]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--durability", "normal"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*command, *self.args],
+                cwd=repo,
+                env={**os.environ, "PYTHONPATH": str(repo)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                return True
+            try:
+                r = httpx.get(f"{self.url}/v1/health", timeout=1.0, verify=self.verify)
+            except httpx.TransportError:
+                return False
+            return r.status_code == 200
+
+        wait_for(healthy, 30, "the server to be healthy")
+        assert self.proc.poll() is None, f"server exited early:\n{self.log()}"
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> ServeSubprocess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -4,7 +4,7 @@ Also :class:`CommittedReader`, the same committed view read from a data director
 """
 
 from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
-from ._committed_reader import CommittedReader, CommittedView, DataRow
+from ._committed_reader import CommittedReader, CommittedView, DataRow, OffloadedLedger
 from ._coordinator import (
     AckParticipant,
     Coordinator,
@@ -12,6 +12,7 @@ from ._coordinator import (
     PendingAck,
     TxnInfo,
     TxnRecord,
+    scoped_name,
 )
 from ._state import TxnState
 from ._topic import ProducerState, Topic
@@ -24,6 +25,7 @@ __all__ = [
     "Coordinator",
     "DataRow",
     "FinishResult",
+    "OffloadedLedger",
     "OpenTxn",
     "PendingAck",
     "ProducerState",
@@ -32,4 +34,5 @@ __all__ = [
     "TxnInfo",
     "TxnRecord",
     "TxnState",
+    "scoped_name",
 ]

@@ -19,6 +19,10 @@ The committed view, computed the way :class:`~txn_buffer.TxnBuffer` does:
   rows (written atomically with each ABORT marker of a transaction that had data on the
   topic), looked up per read range, and only when a ledger at or after the range has
   ``has_aborts`` set (an ABORT marker always follows its data; KIP-1058).
+* offloaded ledgers (``location = 'remote'``, a prefix of the topic's ledgers) have no
+  rows in ``entries``: their sizes come from ``ledgers`` and their data from the
+  object at their URL, whose ``aborted`` column flags aborted data, so reading their
+  committed view needs no index lookup at all (:meth:`CommittedReader.read_offloaded`).
 
 Values come back plain (positions, ints, raw ``(entry_id, txn, payload)`` rows fetched
 in bulk): decoding payloads is the caller's business, so a bulk reader can decode them
@@ -40,10 +44,13 @@ from ledger import (
     DB_FILE,
     InvalidArgumentError,
     LedgerError,
+    OffloadStore,
     Position,
+    RemoteStorageError,
     TopicNotFoundError,
     decode_payload,
     plain_payload_layout,
+    split_value,
     unpack,
 )
 
@@ -54,6 +61,20 @@ DataRow = tuple[int, int | None, bytes]
 
 _REQUIRED_TABLES = ("topics", "ledgers", "entries", "aborted_txns", "txns")
 _DECIDED = (TxnState.COMMITTED.value, TxnState.ABORTED.value)
+_TIERS_SCHEMA = 3
+"""The schema version that added the ledgers' location (older files are all local)."""
+_OBJECTS = OffloadStore()
+"""This process's reader of offloaded objects (its caches are shared by every reader)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadedLedger:
+    """A ledger of the remote tier: its size in entries and its object's URL and size."""
+
+    ledger_id: int
+    entries: int
+    url: str
+    size: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +126,17 @@ class CommittedReader:
                 f" tables {', '.join(sorted(missing))}"
             )
         self._conn = conn
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        self._tiers = int(version) >= _TIERS_SCHEMA
 
     decode_payload = staticmethod(decode_payload)
     """``(key, value, properties, publish_ms)`` of a stored payload (the ledger's codec)."""
 
     plain_payload_layout = staticmethod(plain_payload_layout)
     """The byte layout of key-less, property-less bytes payloads, for vectorized reads."""
+
+    split_value = staticmethod(split_value)
+    """``(value, value_json)`` columns of a message value, as offloaded objects hold them."""
 
     @staticmethod
     def database_file(path: str | Path) -> Path:
@@ -166,12 +192,16 @@ class CommittedReader:
             tid = self.topic_id(topic)
             lac = self.last_confirmed(tid)
             stable = self.max_read_position(tid, topic, scan_from=scan_from) if lac else None
+            remote = self.offloaded(tid)
             row = self._conn.execute(
                 "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
                 " ORDER BY ledger_id, entry_id LIMIT 1",
                 (tid,),
             ).fetchone()
-        first = None if row is None else Position(row[0], row[1])
+        if remote:
+            first: Position | None = Position(remote[0].ledger_id, 0)
+        else:
+            first = None if row is None else Position(row[0], row[1])
         return CommittedView(tid, first, lac, stable)
 
     def last_confirmed(self, topic_id: int) -> Position | None:
@@ -181,7 +211,48 @@ class CommittedReader:
             " ORDER BY ledger_id DESC, entry_id DESC LIMIT 1",
             (topic_id,),
         ).fetchone()
-        return None if row is None else Position(row[0], row[1])
+        if row is not None:
+            return Position(row[0], row[1])
+        return self._last_remote(topic_id)
+
+    def _last_remote(self, topic_id: int, before: int | None = None) -> Position | None:
+        """The last entry of the newest remote ledger (below ledger ``before``)."""
+        remote = [r for r in self.offloaded(topic_id) if before is None or r.ledger_id < before]
+        return Position(remote[-1].ledger_id, remote[-1].entries - 1) if remote else None
+
+    def offloaded(self, topic_id: int) -> list[OffloadedLedger]:
+        """The topic's remote ledgers, oldest first (none in a pre-tiers data directory)."""
+        if not self._tiers:
+            return []
+        rows = self._conn.execute(
+            "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = ?"
+            " AND location = 'remote' ORDER BY ledger_id",
+            (topic_id,),
+        ).fetchall()
+        return [OffloadedLedger(int(i), int(n), str(u), s) for i, n, u, s in rows]
+
+    @staticmethod
+    def object_url(base: str, topic: str, ledger_id: int) -> str:
+        """The URL of ledger ``ledger_id`` of ``topic`` in the offload store at ``base``
+        (``file:///dir``, a plain path or ``s3://bucket/prefix``); raises
+        :class:`~ledger.InvalidArgumentError` for a bad ``base``."""
+        return OffloadStore(base).ledger_url(topic, ledger_id)
+
+    @staticmethod
+    def read_offloaded(
+        url: str, lo: int, hi: int, *, committed: bool, size: int | None = None
+    ) -> Iterator[Any]:
+        """Arrow record batches (the Spark source's columns) of the data entries ``lo <=
+        entry_id < hi`` of an offloaded ledger, read straight from its object;
+        ``committed`` drops aborted data (the object's ``aborted`` column). Raises
+        :class:`~ledger.RemoteStorageError` if the object cannot be read."""
+        del size  # the object's footer says all we need
+        if hi <= lo:
+            return
+        try:
+            yield from _OBJECTS.read_batches(url, lo, hi - 1, committed=committed)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot read offloaded ledger {url}: {exc}") from exc
 
     def open_txns(self, topic: str) -> list[int]:
         """Sequences of the undecided transactions that touched ``topic``.
@@ -235,10 +306,20 @@ class CommittedReader:
             " AND (ledger_id, entry_id) < (?, ?) ORDER BY ledger_id DESC, entry_id DESC LIMIT 1",
             (topic_id, first.ledger_id, first.entry_id),
         ).fetchone()
-        return None if before is None else Position(before[0], before[1])
+        if before is not None:
+            return Position(before[0], before[1])
+        return self._last_remote(topic_id, first.ledger_id)
 
     def nth_position(self, topic_id: int, start: Position, n: int) -> Position | None:
         """The position of the ``n``-th entry (0-based) at or after ``start``, if any."""
+        for remote in self.offloaded(topic_id):
+            if remote.ledger_id < start.ledger_id:
+                continue
+            lo = start.entry_id if remote.ledger_id == start.ledger_id else 0
+            here = max(remote.entries - lo, 0)
+            if n < here:
+                return Position(remote.ledger_id, lo + n)
+            n -= here
         row = self._conn.execute(
             "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
             " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT 1 OFFSET ?",
@@ -248,19 +329,24 @@ class CommittedReader:
 
     def ledger_sizes(self, topic_id: int) -> list[tuple[int, int]]:
         """``(ledger_id, number of durable entries)`` of every retained ledger, in order
-        (-1 for a ledger with no entry)."""
+        (-1 for a ledger with no entry); remote ledgers included."""
         rows = self._conn.execute(
             "SELECT ledger_id, (SELECT max(entry_id) FROM entries e WHERE e.topic_id ="
             " l.topic_id AND e.ledger_id = l.ledger_id) FROM ledgers l WHERE topic_id = ?"
             " ORDER BY ledger_id",
             (topic_id,),
         ).fetchall()
-        return [(int(ledger), -1 if top is None else int(top) + 1) for ledger, top in rows]
+        remote = {r.ledger_id: r.entries for r in self.offloaded(topic_id)}
+        return [
+            (int(ledger), remote[ledger] if ledger in remote else -1 if top is None else top + 1)
+            for ledger, top in rows
+        ]
 
     def aborted_txns(self, topic_id: int, ledger_id: int, lo: int, hi: int) -> set[int]:
         """Sequences of the aborted transactions with data in entries ``lo <= e < hi`` of
-        the ledger; empty without an index lookup when no ledger at or after it holds an
-        ABORT marker of a transaction with data."""
+        a local ledger; empty without an index lookup when no ledger at or after it holds
+        an ABORT marker of a transaction with data. (A local ledger's aborted data has
+        its ABORT marker in the same or a later, hence local, ledger.)"""
         flagged = self._conn.execute(
             "SELECT 1 FROM ledgers WHERE topic_id = ? AND ledger_id >= ? AND has_aborts != 0"
             " LIMIT 1",

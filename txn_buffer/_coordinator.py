@@ -19,6 +19,11 @@ row writes that ride its own group commit. A transaction that wrote nothing yet 
 row; a crash forgets it (nothing of it is durable), a clean ``close()`` writes it.
 Transaction ids come from blocks reserved in ``meta``, so none is ever reused.
 
+Owners: a transaction begun for a principal (the HTTP server with ``--auth``) records
+it as ``owner``; ``transactional_id``s and ``finish`` idempotence keys live in their
+owner's namespace (:func:`scoped_name`), so two principals using the same string never
+fence or collide. Who may act on a transaction is the engine's check, not this class's.
+
 Memory stays O(open transactions): an ended transaction keeps its full record only
 while it is among the newest ``ended_in_memory`` to end; after that only its outcome
 survives, as one small int (committed?, fenced?, reason) — all that an idempotent
@@ -62,16 +67,27 @@ _ID_BLOCK = 1000
 _OUTCOME = {TxnState.COMMITTING: TxnState.COMMITTED, TxnState.ABORTING: TxnState.ABORTED}
 _UPSERT_TXN = (
     "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
-    " fenced, topics, acks, created_ms, ended_ms, reason)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " fenced, topics, acks, created_ms, ended_ms, reason, owner)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 _NO_ACKS = pack([])
 _STATES = {state.value: state for state in TxnState}
+_SCOPE = "\x1f"  # unit separator: not in principal names, rare in ids
 
 REASONS = ("client", "timeout", "fenced", "low_watermark")
 """Why a transaction ended: its client ended it, it timed out, a newer holder of its
 ``transactional_id`` fenced it, or the low watermark passed it."""
+
+
+def scoped_name(owner: str | None, name: str) -> str:
+    """``name`` in ``owner``'s namespace: the same text for no owner (unchanged from
+    before owners existed), else a form no other owner's name can take.
+
+    >>> scoped_name(None, "w1"), scoped_name("billing", "w1")
+    ('w1', '\\x1fbilling\\x1fw1')
+    """
+    return name if owner is None else f"{_SCOPE}{owner}{_SCOPE}{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +103,8 @@ class TxnInfo:
     created_at: datetime
     deadline: datetime
     reason: str | None
+    owner: str | None = None
+    """The principal that began it (None: begun without one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +134,18 @@ class TxnRecord:
     ended_ms: int | None = None
     reason: str | None = None
     persisted: bool = False
+    owner: str | None = None
     compact: bool = False
     """Rebuilt from a kept outcome: state, fenced and reason are real, the rest is not."""
     row: list[Any] | None = None
     """The parameters of this record's upsert in the store's open batch, if it has one."""
     row_generation: int = -1
+
+    @property
+    def holder_key(self) -> str | None:
+        """Its ``transactional_id`` in its owner's namespace (None without one)."""
+        tid = self.transactional_id
+        return None if tid is None else scoped_name(self.owner, tid)
 
     @property
     def timed_out(self) -> bool:
@@ -139,6 +164,7 @@ class TxnRecord:
             ms_to_datetime(self.created_ms),
             ms_to_datetime(self.deadline_ms),
             self.reason if self.state.is_ended else None,
+            self.owner,
         )
 
 
@@ -202,7 +228,7 @@ class Coordinator:
         horizon = now_ms() - self.ended_retention_ms
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
-            " topics, acks, created_ms, ended_ms, reason FROM txns"
+            " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
             " WHERE state = 'open' OR ended_ms >= ? ORDER BY seq",
             (horizon,),
         )
@@ -221,6 +247,7 @@ class Coordinator:
             created,
             ended,
             reason,
+            owner,
         ) in rows:
             is_open = state == "open"
             if not is_open and compact_left > 0:  # an outcome is enough (rows keep the rest)
@@ -242,10 +269,11 @@ class Coordinator:
                 ended,
                 reason,
                 persisted=True,
+                owner=owner,
             )
             self._txns[seq] = record
-            if tid is not None and not record.fenced:
-                self._holders[tid] = record
+            if record.holder_key is not None and not record.fenced:
+                self._holders[record.holder_key] = record
             if is_open:
                 heapq.heappush(self._deadlines, (deadline_ms, seq))
             else:
@@ -279,14 +307,23 @@ class Coordinator:
         if not record.compact:
             return record.info()
         rows = await self._store.read(
-            "SELECT timeout_ms, deadline_ms, label, topics, created_ms FROM txns WHERE seq = ?",
+            "SELECT timeout_ms, deadline_ms, label, topics, created_ms, owner FROM txns"
+            " WHERE seq = ?",
             (record.txn_id.seq,),
         )
         if rows:
-            timeout_ms, deadline_ms, label, topics, created_ms = rows[0]
+            timeout_ms, deadline_ms, label, topics, created_ms, owner = rows[0]
             record.timeout_ms, record.deadline_ms, record.label = timeout_ms, deadline_ms, label
             record.topics, record.created_ms = dict.fromkeys(unpack(topics)), created_ms
+            record.owner = owner
         return record.info()
+
+    async def owner_of(self, record: TxnRecord) -> str | None:
+        """The principal that began ``record`` (read from its row when only its outcome is
+        kept; None when that row is gone too)."""
+        if not record.compact:
+            return record.owner
+        return (await self.read_info(record)).owner
 
     def _keep_outcome(self, seq: int, committed: bool, fenced: bool, reason: str | None) -> None:
         self._outcomes[seq] = _outcome_code(committed, fenced, reason)
@@ -304,9 +341,9 @@ class Coordinator:
             if old is None or not old.state.is_ended:
                 continue
             del self._txns[seq]
-            tid = old.transactional_id
-            if tid is not None and self._holders.get(tid) is old:
-                del self._holders[tid]
+            key = old.holder_key
+            if key is not None and self._holders.get(key) is old:
+                del self._holders[key]
             self._keep_outcome(seq, old.state is TxnState.COMMITTED, old.fenced, old.reason)
 
     def records(self) -> Iterable[TxnRecord]:
@@ -367,10 +404,12 @@ class Coordinator:
         timeout: float | None = None,
         transactional_id: str | None = None,
         label: str | None = None,
+        owner: str | None = None,
     ) -> TxnRecord:
         """Start a transaction; its row is pipelined (durable before its first entry).
 
-        A ``transactional_id`` already held by an open transaction aborts and fences it.
+        A ``transactional_id`` already held by an open transaction of the same ``owner``
+        aborts and fences it.
         """
         timeout = self.default_timeout if timeout is None else timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
@@ -383,9 +422,12 @@ class Coordinator:
             not isinstance(transactional_id, str) or not 0 < len(transactional_id) <= _MAX_LABEL
         ):
             raise InvalidArgumentError("transactional_id must be a non-empty string ≤ 200 chars")
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise InvalidArgumentError("owner must be a non-empty string")
+        holder_key = None if transactional_id is None else scoped_name(owner, transactional_id)
         batch = WriteBatch()
-        if transactional_id is not None:
-            previous = self._holders.get(transactional_id)
+        if holder_key is not None:
+            previous = self._holders.get(holder_key)
             if previous is not None:
                 previous.fenced = True
                 if previous.state is TxnState.OPEN:
@@ -414,13 +456,14 @@ class Coordinator:
             transactional_id,
             label,
             created,
+            owner=owner,
         )
         self._next_seq += 1
         if batch:
             self._store.submit(batch, wait=False)
         self._txns[record.txn_id.seq] = record
-        if transactional_id is not None:
-            self._holders[transactional_id] = record
+        if holder_key is not None:
+            self._holders[holder_key] = record
         self._add_deadline(record)
         return record
 
@@ -462,6 +505,7 @@ class Coordinator:
             record.created_ms,
             record.ended_ms,
             record.reason,
+            record.owner,
         ]
         store = self._store
         if (
@@ -555,17 +599,20 @@ class Coordinator:
         commit: Sequence[TxnId | str] = (),
         abort: Sequence[TxnId | str] = (),
         idempotence_key: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> FinishResult:
         """Decide several transactions in one atomic step.
 
         Every listed commit and abort takes effect, or none does. With an
-        ``idempotence_key`` already used by an earlier successful ``finish``, every
-        listed transaction still open is aborted instead and ``duplicate`` is True.
+        ``idempotence_key`` already used by an earlier successful ``finish`` of the same
+        ``owner``, every listed transaction still open is aborted instead and
+        ``duplicate`` is True.
         """
-        if idempotence_key is not None and (
-            not isinstance(idempotence_key, str) or not 0 < len(idempotence_key) <= 1000
-        ):
-            raise InvalidArgumentError("idempotence_key must be a non-empty string")
+        if idempotence_key is not None:
+            if not isinstance(idempotence_key, str) or not 0 < len(idempotence_key) <= 1000:
+                raise InvalidArgumentError("idempotence_key must be a non-empty string")
+            idempotence_key = scoped_name(owner, idempotence_key)
         to_commit = [self.get(t) for t in commit]
         to_abort = [self.get(t) for t in abort]
         everyone = [*to_commit, *to_abort]
@@ -705,9 +752,9 @@ class Coordinator:
         ]
         for seq in gone:
             record = self._txns.pop(seq)
-            tid = record.transactional_id
-            if tid is not None and self._holders.get(tid) is record:
-                del self._holders[tid]
+            key = record.holder_key
+            if key is not None and self._holders.get(key) is record:
+                del self._holders[key]
         batch = WriteBatch()
         batch.add("DELETE FROM txns WHERE state != 'open' AND ended_ms < ?", (horizon,))
         await self._store.write(batch)

@@ -1,23 +1,61 @@
-"""What the client commands share: the ``--url``/``--json`` options, output, error exits."""
+"""What the client commands share: ``--url``/``--json``/``--format``, output, errors, retries.
+
+Exit codes: 0 done, 1 the request failed (an error answer or no answer), 2 usage (a bad
+option or argument, unusable input), 130 interrupted. Errors are one line on stderr.
+"""
 
 from __future__ import annotations
 
 import json
+import random
+import re
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from api import TxnStreamHttpError, TxnStreamTransportError
+from api import Position, TxnStreamHttpError, TxnStreamTransportError
 from api.client import Client
 
 UrlOption = Annotated[
     str,
-    typer.Option("--url", envvar="TXNSTREAM_URL", help="Server URL.", show_envvar=True),
+    typer.Option(
+        "--url", envvar="TXNSTREAM_URL", metavar="URL", help="Server URL.", show_envvar=True
+    ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="TXNSTREAM_TOKEN",
+        metavar="TOKEN",
+        show_envvar=True,
+        help="Bearer token for a server run with --auth.",
+    ),
+]
+# A flag: no value after it (typer's rich help would print "<bool>" for it, which read
+# as if it took one; the app uses click's plain help, which shows flags bare).
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
+FormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="Print each message as FMT: %v value, %k key, %p position, %t topic, %T publish "
+        "time, %x txn, %h properties, %r redeliveries, %S value bytes, %% a percent sign; "
+        "\\n \\t \\\\ escapes. Nothing is added: end FMT with \\n for one message a line.",
+        metavar="FMT",
+    ),
+]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", show_default=False)]
+SubArg = Annotated[str, typer.Argument(metavar="SUB", show_default=False)]
+TxnArg = Annotated[str, typer.Argument(metavar="TXN", show_default=False)]
 DEFAULT_URL = "http://127.0.0.1:8080"
+
+# Answers worth retrying in --follow: the server is restarting or a proxy lost it.
+RETRIABLE_STATUSES = frozenset({502, 503, 504})
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -26,23 +64,122 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def usage(message: str) -> NoReturn:
+    """A usage error: exit 2 with ``error: MESSAGE``."""
+    fail(message, 2)
+
+
+def note(message: str) -> None:
+    """One line for the person at the terminal, on stderr (stdout stays data only)."""
+    typer.echo(message, err=True)
+
+
+def describe(exc: TxnStreamHttpError | TxnStreamTransportError) -> str:
+    """The one-line text of a request error."""
+    if isinstance(exc, TxnStreamTransportError):
+        return exc.message
+    if exc.code == "unknown":  # not the contract's error envelope
+        return f"HTTP {exc.status}: {exc.message}"
+    if exc.status == 401:
+        return f"{exc.message} (unauthorized, HTTP 401): pass --token or set TXNSTREAM_TOKEN"
+    return f"{exc.message} ({exc.code}, HTTP {exc.status})"
+
+
+def retriable(exc: Exception) -> bool:
+    """Whether a request error may go away by itself (no answer, or 502/503/504)."""
+    if isinstance(exc, TxnStreamTransportError):
+        return True
+    return isinstance(exc, TxnStreamHttpError) and exc.status in RETRIABLE_STATUSES
+
+
 @contextmanager
-def connect(url: str) -> Iterator[Client]:
-    """A :class:`Client` of ``url``; an error answer or no answer prints it and exits 1."""
+def connect(url: str, token: str | None = None) -> Iterator[Client]:
+    """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
+    it and exits 1."""
     try:
-        with Client(url) as client:
+        with Client(url, token=token or None) as client:
             yield client
-    except TxnStreamTransportError as exc:
-        fail(exc.message)
-    except TxnStreamHttpError as exc:
-        if exc.code == "unknown":  # not the contract's error envelope
-            fail(f"HTTP {exc.status}: {exc.message}")
-        fail(f"{exc.message} ({exc.code}, HTTP {exc.status})")
+    except (TxnStreamTransportError, TxnStreamHttpError) as exc:
+        fail(describe(exc))
+
+
+class Backoff:
+    """Exponential backoff with jitter for reconnecting: 0.2 s doubling up to ``cap``."""
+
+    def __init__(self, first: float = 0.2, cap: float = 2.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.delay = first
+
+    def sleep(self) -> None:
+        """Sleep the current delay (±20 %), then double it up to the cap."""
+        time.sleep(self.delay * random.uniform(0.8, 1.2))
+        self.delay = min(self.delay * 2, self.cap)
+
+    def reset(self) -> None:
+        """Back to the first delay (after a success)."""
+        self.delay = self.first
 
 
 def print_json(data: Any) -> None:
+    """One compact JSON document on a line of stdout."""
     typer.echo(json.dumps(data, ensure_ascii=False))
+
+
+def write_bytes(data: bytes) -> None:
+    """Raw bytes to stdout, flushed (a --follow reader sees each message at once)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def dash(value: Any) -> str:
     return "-" if value is None else str(value)
+
+
+def parse_position(text: str, *, option: str, names: tuple[str, ...] = ()) -> str:
+    """``text`` if it is ``L:E`` or one of ``names``; else a usage error naming ``option``."""
+    if text in names:
+        return text
+    try:
+        return str(Position.parse(text))
+    except ValueError:
+        choices = ", ".join(("L:E (e.g. 0:15)", *names))
+        usage(f"{option} wants {choices}; got {text!r}")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str, *, option: str) -> int:
+    """Milliseconds of a duration like ``500ms``, ``30s``, ``5m``, ``2h``, ``1h30m``, ``1d``.
+
+    A bare number counts as seconds.
+
+    >>> parse_duration_ms("1h30m", option="--x"), parse_duration_ms("45", option="--x")
+    (5400000, 45000)
+    """
+    spec = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", spec):
+        return round(float(spec) * 1000)
+    parts = _DURATION.findall(spec)
+    if not parts or "".join(n + u for n, u in parts) != spec:
+        usage(f"{option} wants a duration like 30s, 5m, 2h or 1h30m; got {text!r}")
+    return round(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
+
+
+def human_duration(seconds: float) -> str:
+    """``seconds`` as ``2h05m``, ``5m12s``, ``42s`` (whole seconds, never negative).
+
+    >>> human_duration(7512), human_duration(312.4), human_duration(-3)
+    ('2h05m', '5m12s', '0s')
+    """
+    total = max(int(seconds), 0)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

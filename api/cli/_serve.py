@@ -7,11 +7,20 @@ every acknowledged write is durable and the engine closes cleanly.
 
 The HTTP app and uvicorn are imported when a server is made, not with the command line:
 the client commands start faster without them.
+
+Access (issue 11): ``--auth FILE`` turns tokens on (the file is re-read on SIGHUP);
+without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host rule
+(loopback binds), the Origin rule (``--cors-origin``) and HTTPS (``--tls-cert``,
+``--tls-key``) are in :func:`make_server`'s options.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,9 +30,13 @@ import typer
 from api import Engine, EngineConfig
 
 from ._common import fail
+from ._config_flags import with_config_flags
+from ._logging import log_config, startup_banner
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from api.http import AccessPolicy
 
 __all__ = ["make_server", "serve"]
 
@@ -33,12 +46,17 @@ log = logging.getLogger("txnstream.cli")
 class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
-    def __init__(self, data: Path, durability: str) -> None:
+    def __init__(
+        self, data: Path, config: EngineConfig, access: AccessPolicy | None = None, url: str = ""
+    ) -> None:
         from api.http import Drain
 
         self.data = data
-        self.durability = durability
+        self.config = config
+        self.access = access
+        self.url = url
         self.drain = Drain()
+        self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
 
@@ -61,22 +79,75 @@ class _ServedApp:
             message: Message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    config = EngineConfig(durability=self.durability)  # type: ignore[arg-type]
-                    self._engine = await Engine.open(self.data, config=config)
+                    self._engine = await Engine.open(self.data, config=self.config)
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-                self._app = create_app(self._engine, drain=self.drain)
-                log.info("engine open at %s", self.data)
+                self._app = create_app(self._engine, drain=self.drain, access=self.access)
+                self._watch_sighup(True)
+                banner, fields = startup_banner(self._engine, self.url)
+                log.info("%s", banner, extra=fields)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self._watch_sighup(False)
+                await asyncio.gather(*self._reloads, return_exceptions=True)
                 self.drain.start()
                 if self._engine is not None:
                     await self._engine.close()
                     log.info("engine closed")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _watch_sighup(self, on: bool) -> None:
+        """Re-read the auth file on SIGHUP (signals reach only the main thread's loop)."""
+        auth = None if self.access is None else self.access.auth
+        if auth is None or threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        if on:
+            loop.add_signal_handler(signal.SIGHUP, self._reload)
+        else:
+            loop.remove_signal_handler(signal.SIGHUP)
+
+    def _reload(self) -> None:
+        auth = None if self.access is None else self.access.auth
+        assert auth is not None
+        task = asyncio.get_running_loop().create_task(
+            asyncio.to_thread(auth.reload), name="txnstream-auth-reload"
+        )
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+
+def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
+    """Why ``serve`` must not listen on ``host`` (None if it may): a non-loopback address
+    needs ``--auth``, or ``--insecure`` to serve anyone who can reach the port."""
+    from api.http import is_loopback
+
+    if auth or insecure or is_loopback(host):
+        return None
+    return (
+        f"refusing to listen on {host} without authentication: anyone who can reach the port"
+        " could read, write and delete everything. Pass --auth FILE (make tokens with"
+        " `txnstream auth token`), or --insecure to serve without authentication anyway"
+    )
+
+
+def access_policy(
+    host: str,
+    *,
+    auth_file: Path | None = None,
+    allowed_hosts: Sequence[str] = (),
+    cors_origins: Sequence[str] = (),
+) -> AccessPolicy:
+    """The access policy of a server on ``host``; raises ``ValueError`` for a bad file."""
+    from api.http import AccessPolicy, Authenticator
+
+    auth = None if auth_file is None else Authenticator.from_file(auth_file)
+    return AccessPolicy.for_bind(
+        host, auth=auth, allowed_hosts=allowed_hosts, cors_origins=cors_origins
+    )
 
 
 def make_server(
@@ -86,11 +157,34 @@ def make_server(
     *,
     log_level: str = "info",
     durability: str = "full",
+    access: AccessPolicy | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    log_config: dict[str, Any] | None = None,
+    offload_url: str | None = None,
+    ledger_max_entries: int | None = None,
+    engine_settings: dict[str, Any] | None = None,
+    limit_concurrency: int | None = None,
+    timeout_keep_alive: int = 30,
 ) -> Any:
-    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread)."""
+    """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
+
+    ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
+    and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
+    replaces uvicorn's own logging setup; without it the process's logging is left as
+    it is. Raises ``ValueError`` for settings :class:`~api.EngineConfig` refuses.
+    """
     import uvicorn
 
-    served = _ServedApp(data, durability)
+    if access is None:
+        access = access_policy(host)
+    shown_host = f"[{host}]" if ":" in host else host
+    scheme = "https" if tls_cert is not None else "http"
+    settings: dict[str, Any] = {"durability": durability, "offload_url": offload_url}
+    if ledger_max_entries is not None:
+        settings["ledger_max_entries"] = ledger_max_entries
+    settings.update(engine_settings or {})
+    served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -103,9 +197,13 @@ def make_server(
         port=port,
         lifespan="on",
         log_level=log_level,
-        access_log=False,
+        log_config=log_config,
+        access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
-        timeout_keep_alive=30,
+        timeout_keep_alive=timeout_keep_alive,
+        limit_concurrency=limit_concurrency,
+        ssl_certfile=None if tls_cert is None else str(tls_cert),
+        ssl_keyfile=None if tls_key is None else str(tls_key),
     )
     return _Server(config)
 
@@ -119,24 +217,109 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="critical, error, warning, info or debug.")
     ] = "info",
-    durability: Annotated[
-        str, typer.Option(help="full (survives power loss) or normal (survives kill -9).")
-    ] = "full",
+    auth: Annotated[
+        Path | None,
+        typer.Option(
+            "--auth",
+            envvar="TXNSTREAM_AUTH_FILE",
+            show_envvar=True,
+            help="Principals file (JSON): require bearer tokens. Re-read on SIGHUP.",
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(help="Allow a non-loopback --host without --auth (anyone may do anything)."),
+    ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Another Host name to answer on a loopback bind (repeatable)."),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="An Origin allowed to call from a browser, e.g. https://ui.example."),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log one line per HTTP request.")
+    ] = False,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text, or json (one object per line).")
+    ] = "text",
+    limit_concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_LIMIT_CONCURRENCY",
+            help="Connections and requests served at once; past it new ones get 503 at once"
+            " while existing clients keep being served.",
+        ),
+    ] = 1000,
+    timeout_keep_alive: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_TIMEOUT_KEEP_ALIVE",
+            help="Seconds an idle keep-alive connection is kept open.",
+        ),
+    ] = 30,
+    engine_settings: dict[str, Any] | None = None,
 ) -> None:
-    """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT)."""
-    if durability not in ("full", "normal"):
-        fail("--durability must be 'full' or 'normal'")
+    """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
+
+    Every engine setting is an option too (`--min-free-bytes`, `--snapshot-every`, ...)
+    and an environment variable (`TXNSTREAM_MIN_FREE_BYTES`, ...).
+    """
+    if data.exists() and not data.is_dir():
+        fail(f"--data {data}: not a directory")
     level = log_level.lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         fail("--log-level must be one of critical, error, warning, info, debug")
-    server = make_server(data, host, port, log_level=level, durability=durability)
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    refused = check_bind(host, auth=auth is not None, insecure=insecure)
+    if refused is not None:
+        fail(refused, 2)
+    if (tls_cert is None) != (tls_key is None):
+        fail("--tls-cert and --tls-key go together", 2)
+    for pem in (tls_cert, tls_key):
+        if pem is not None and not pem.is_file():
+            fail(f"no such file: {pem}", 2)
+    try:
+        access = access_policy(
+            host, auth_file=auth, allowed_hosts=allowed_host or (), cors_origins=cors_origin or ()
+        )
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if log_format not in ("text", "json"):
+        fail("--log-format must be 'text' or 'json'")
+    logs = log_config(level, "json" if log_format == "json" else "text", access_log)
+    try:
+        server = make_server(
+            data,
+            host,
+            port,
+            log_level=level,
+            access=access,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            log_config=logs,
+            engine_settings=engine_settings,
+            limit_concurrency=limit_concurrency,
+            timeout_keep_alive=timeout_keep_alive,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
+        log.warning("serving %s without authentication (--insecure)", host)
+    elif access.auth is not None:
+        log.info("authentication on: %d principal(s) from %s", len(access.auth.names), auth)
     try:
         server.run()
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if not server.started:
         raise typer.Exit(3)
+
+
+serve = with_config_flags(serve)

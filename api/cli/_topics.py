@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import typer
 
-from ._common import DEFAULT_URL, JsonOption, UrlOption, connect, dash, print_json
+from ._common import (
+    DEFAULT_URL,
+    JsonOption,
+    TokenOption,
+    TopicArg,
+    UrlOption,
+    connect,
+    dash,
+    print_json,
+)
 
-topics_app = typer.Typer(help="Create, list, delete and inspect topics.", no_args_is_help=True)
+topics_app = typer.Typer(
+    help="Create, list, delete and inspect topics.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @topics_app.command("create")
-def topics_create(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_create(
+    name: TopicArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Create topic NAME (no error if it exists)."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         created = client.create_topic(name)
     if as_json:
         print_json({"topic": name, "created": created})
@@ -21,9 +37,11 @@ def topics_create(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption =
 
 
 @topics_app.command("list")
-def topics_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_list(
+    url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
+) -> None:
     """List topics, one per line."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         names = client.list_topics()
     if as_json:
         print_json({"topics": names})
@@ -33,9 +51,14 @@ def topics_list(url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> No
 
 
 @topics_app.command("delete")
-def topics_delete(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_delete(
+    name: TopicArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Delete topic NAME with its data and subscriptions."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.delete_topic(name)
     if as_json:
         print_json(data)
@@ -44,15 +67,28 @@ def topics_delete(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption =
 
 
 @topics_app.command("stats")
-def topics_stats(name: str, url: UrlOption = DEFAULT_URL, as_json: JsonOption = False) -> None:
+def topics_stats(
+    name: TopicArg,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Show positions, transaction counts and subscriptions of topic NAME."""
-    with connect(url) as client:
+    with connect(url, token) as client:
         data = client.stats(name)
     if as_json:
         print_json(data)
         return
     for field in ("topic", "last_confirmed", "stable_position", "open_txns", "aborted_txns"):
         typer.echo(f"{field}: {dash(data.get(field))}")
+    blocking = data.get("blocking_txn")
+    if blocking:
+        typer.echo(
+            f"blocking_txn: {blocking.get('txn')} since {dash(blocking.get('since'))} "
+            f"deadline {dash(blocking.get('deadline'))}"
+        )
+    else:
+        typer.echo("blocking_txn: -")
     typer.echo(f"ledgers: {data.get('ledgers')}  entries: {data.get('entries')}")
     snapshot = data.get("snapshot")
     if snapshot:

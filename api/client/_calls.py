@@ -78,6 +78,14 @@ def _listed(field: str) -> Callable[[httpx.Response], list[Any]]:
     return read
 
 
+def _field(field: str) -> Callable[[httpx.Response], dict[str, Any]]:
+    def read(response: httpx.Response) -> dict[str, Any]:
+        item: dict[str, Any] = _body(response)[field]
+        return item
+
+    return read
+
+
 def _health(response: httpx.Response) -> Body:
     if response.status_code == 503:  # not an error envelope: the unhealthy status itself
         with suppress(ValueError):
@@ -184,8 +192,10 @@ def get_transaction(txn: str) -> Call[Body]:
     return Call("GET", f"/v1/transactions/{_seg(txn)}", _body)
 
 
-def list_transactions(state: str | None, label_prefix: str | None) -> Call[list[Body]]:
-    params = _query(state=state, label_prefix=label_prefix)
+def list_transactions(
+    state: str | None, label_prefix: str | None, older_than_ms: int | None = None
+) -> Call[list[Body]]:
+    params = _query(state=state, label_prefix=label_prefix, older_than_ms=older_than_ms)
     return Call("GET", "/v1/transactions", _listed("transactions"), params=params)
 
 
@@ -211,6 +221,11 @@ def create_subscription(
 ) -> Call[bool]:
     body = _fields(type=type, initial_position=initial_position, isolation=isolation)
     return Call("PUT", _sub(topic, subscription), _created, json=body)
+
+
+def list_subscriptions(topic: str) -> Call[dict[str, Body]]:
+    # No endpoint of its own: the subscriptions come with the topic's stats.
+    return Call("GET", f"{_topic(topic)}/stats", _field("subscriptions"))
 
 
 def delete_subscription(topic: str, subscription: str) -> Call[Body]:

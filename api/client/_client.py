@@ -127,10 +127,15 @@ class Client(_Settings):
         return self._send(calls.get_transaction(txn))
 
     def list_transactions(
-        self, *, state: str | None = None, label_prefix: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
     ) -> list[Body]:
-        """Transactions, filtered by state and label prefix."""
-        return self._send(calls.list_transactions(state, label_prefix))
+        """Transactions, filtered by state, label prefix and age (begun at least
+        ``older_than_ms`` ago)."""
+        return self._send(calls.list_transactions(state, label_prefix, older_than_ms))
 
     def commit(self, txn: str) -> Body:
         """Commit ``txn``; answers once its markers are durable."""
@@ -163,6 +168,11 @@ class Client(_Settings):
         return self._send(
             calls.create_subscription(topic, subscription, type, initial_position, isolation)
         )
+
+    def list_subscriptions(self, topic: str) -> dict[str, Body]:
+        """The subscriptions of ``topic`` by name: type, isolation, backlog, mark_delete,
+        consumers (from its stats)."""
+        return self._send(calls.list_subscriptions(topic))
 
     def delete_subscription(self, topic: str, subscription: str) -> Body:
         """Delete the subscription and its cursor."""
@@ -290,10 +300,15 @@ class AsyncClient(_Settings):
         return await self._send(calls.get_transaction(txn))
 
     async def list_transactions(
-        self, *, state: str | None = None, label_prefix: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
     ) -> list[Body]:
-        """Transactions, filtered by state and label prefix."""
-        return await self._send(calls.list_transactions(state, label_prefix))
+        """Transactions, filtered by state, label prefix and age (begun at least
+        ``older_than_ms`` ago)."""
+        return await self._send(calls.list_transactions(state, label_prefix, older_than_ms))
 
     async def commit(self, txn: str) -> Body:
         """Commit ``txn``; answers once its markers are durable."""
@@ -326,6 +341,11 @@ class AsyncClient(_Settings):
         return await self._send(
             calls.create_subscription(topic, subscription, type, initial_position, isolation)
         )
+
+    async def list_subscriptions(self, topic: str) -> dict[str, Body]:
+        """The subscriptions of ``topic`` by name: type, isolation, backlog, mark_delete,
+        consumers (from its stats)."""
+        return await self._send(calls.list_subscriptions(topic))
 
     async def delete_subscription(self, topic: str, subscription: str) -> Body:
         """Delete the subscription and its cursor."""

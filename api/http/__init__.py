@@ -1,15 +1,21 @@
 """The HTTP server: a FastAPI app over an open :class:`api.Engine` (``shared/HTTP_API.md``).
 
 One module per resource (topics, messages, transactions, subscriptions, fetch, admin),
-the edge middleware, one error table. Imports the engine only through ``api``.
+the edge middleware, access (Host/Origin rules, bearer tokens, per-topic grants), one
+error table. Imports the engine only through ``api``.
 """
 
+from ._access import AccessPolicy, is_loopback
 from ._app import create_app
+from ._auth import Authenticator, AuthFileError, token_digest
 from ._edge import ASGIApp, Drain, Message, Receive, Scope, Send, send_error
 from ._errors import ERROR_TABLE
 
 __all__ = [
     "ASGIApp",
+    "AccessPolicy",
+    "Authenticator",
+    "AuthFileError",
     "Drain",
     "ERROR_TABLE",
     "Message",
@@ -17,5 +23,7 @@ __all__ = [
     "Scope",
     "Send",
     "create_app",
+    "is_loopback",
     "send_error",
+    "token_digest",
 ]

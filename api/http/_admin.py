@@ -2,40 +2,85 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any
+import os
+from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from api import TopicNotFoundError
+from api import DB_FILE, TopicNotFoundError, TopicStats
 
 from ._json import ok
 from ._params import engine_of
-from ._schemas import HealthResponse
+from ._responses import ErrorResponse, HealthResponse
+from ._telemetry import HttpMetrics
 
 router = APIRouter(tags=["admin"])
 
 
-@router.get("/v1/health", response_model=HealthResponse)
-async def health() -> Response:
-    """Liveness: 200 while the server runs."""
-    return ok({"status": "ok"})
+@router.get(
+    "/v1/health",
+    response_model=HealthResponse,
+    responses={503: {"model": HealthResponse, "description": "Not ok: see `status`."}},
+)
+async def health(request: Request) -> Response:
+    """200 ``{"status": "ok"}`` only while writes are accepted; else 503 with the status
+    (``degraded``: reads only, e.g. the disk is full; ``recovering``; ``failed``) and
+    the reason. Needs no token."""
+    state = engine_of(request).health()
+    if state.status == "ok":
+        return ok({"status": "ok"})
+    return ok({"status": state.status, "reason": state.reason}, 503)
 
 
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {
+            "description": "Prometheus text exposition (format 0.0.4).",
+            "content": {
+                "text/plain": {
+                    "schema": {"type": "string"},
+                    "example": 'txnstream_topic_stable_lag_entries{topic="orders"} 0.0\n',
+                }
+            },
+        },
+        401: {"model": ErrorResponse, "description": "No or unknown token (`unauthorized`)."},
+        403: {"model": ErrorResponse, "description": "Not an admin (`forbidden`)."},
+    },
 )
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition: engine counters plus per-topic gauges."""
+    """Prometheus text: engine counters and histograms, per-topic and per-subscription
+    gauges, HTTP request counts and latencies, process and build information."""
     engine = engine_of(request)
-    snapshots: list[dict[str, Any]] = []
+    engine.metrics.observe_health(engine.health())
+    topics: list[TopicStats] = []
     for topic in await engine.list_topics():
         try:
-            snapshots.append(await engine.stats(topic))
+            topics.append(await engine.topic_stats(topic))
         except TopicNotFoundError:
-            continue
-    body, content_type = engine.metrics.render(snapshots, time.time())
+            continue  # deleted meanwhile
+    open_txns = len(await engine.transactions(state="open"))
+    database = engine.path / DB_FILE
+    http: HttpMetrics = request.app.state.http_metrics
+    extra = [http.registry]
+    access = getattr(request.app.state, "access", None)
+    if access is not None:  # refused requests (auth, Host, Origin): the HTTP layer's count
+        extra.append(access.refusals.registry)
+    body, content_type = engine.metrics.render(
+        topics,
+        open_txns=open_txns,
+        database_bytes=_size(database),
+        wal_bytes=_size(database.with_name(database.name + "-wal")),
+        extra=extra,
+    )
     return Response(body, media_type=content_type)
+
+
+def _size(path: Path) -> int:
+    """The file's size, 0 when it does not exist (no WAL between checkpoints' truncation)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

@@ -1,10 +1,16 @@
-"""The app factory: ``create_app(engine)`` serves ``shared/HTTP_API.md`` over an open Engine.
+"""The app factory: ``create_app(engine)`` serves the HTTP API (``docs/http-api.md``) over an
+open Engine, with its docs and the web console.
 
 The app never opens or closes the engine: tests hand it an open one (httpx's
 ``ASGITransport`` sends no lifespan) and ``txnstream serve`` opens it in its lifespan.
 The engine and the :class:`Drain` live on ``app.state``; each resource is an
 ``APIRouter`` of its own module, whose routes the app serves in the order of the
-OpenAPI document.
+OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets from the
+``fastapi-offline`` package, so they work without internet access.
+
+Middleware, outermost first: HTTP metrics, the Host/Origin guard, CORS (only with
+``cors_origins``), authentication (only with ``auth``), then the edge (body limit,
+request id).
 """
 
 from __future__ import annotations
@@ -13,22 +19,40 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
+from starlette.middleware.cors import CORSMiddleware
 
 from api import Engine
 
-from . import _admin, _fetch, _messages, _subscriptions, _topics, _transactions
+from . import (
+    _admin,
+    _fetch,
+    _messages,
+    _offload,
+    _subscriptions,
+    _topics,
+    _transactions,
+    _ui,
+)
+from ._access import AccessPolicy, GuardMiddleware
+from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
+from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
-_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch)
+_ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload, _ui)
 
 
-def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
-    """The FastAPI app serving HTTP_API.md over ``engine``, which must already be open.
+def create_app(
+    engine: Engine, *, drain: Drain | None = None, access: AccessPolicy | None = None
+) -> FastAPI:
+    """The FastAPI app serving the HTTP API over ``engine``, which must already be open.
 
-    ``drain`` lets the server owner end pending long polls at shutdown.
+    ``drain`` lets the server owner end pending long polls at shutdown; ``access`` sets
+    tokens, the Host rule and allowed cross-site origins (default: no tokens, no Host
+    rule, no cross-site origin).
     """
-    app = FastAPI(
+    app = FastAPIOffline(
         title="txnstream",
         version="1",
         summary="Pulsar-style transactional topics over HTTP.",
@@ -41,12 +65,47 @@ def create_app(engine: Engine, *, drain: Drain | None = None) -> FastAPI:
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
     app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
+    _install_access(app, access or AccessPolicy())
+    # Outermost (added last): counts what the inner middlewares answer too.
+    app.state.http_metrics = http_metrics = HttpMetrics()
+    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics, routes=app.routes)
     _install_openapi(app)
     return app
 
 
+def _install_access(app: FastAPI, access: AccessPolicy) -> None:
+    """Add the access middleware outside the edge (each ``add_middleware`` wraps the last)."""
+    app.state.access = access
+    if access.auth is not None:
+        app.add_middleware(AuthMiddleware, authenticator=access.auth, refusals=access.refusals)
+    if access.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=["*"] if "*" in access.cors_origins else list(access.cors_origins),
+            allow_methods=["GET", "PUT", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Request-Id"],
+        )
+    app.add_middleware(GuardMiddleware, policy=access)
+
+
+DESCRIPTION = """The txnstream HTTP API, version 1: transactional topics with read-committed
+delivery. The contract, with its precise rules, is `docs/http-api.md` in the txnstream
+repository; every body below has an example.
+
+Positions are strings `"L:E"` (ledger id, entry id). Errors are
+`{"error": {"code", "message"}}` with a 4xx/5xx status. The web console is at
+[`/ui`](/ui), Prometheus metrics at [`/metrics`](/metrics).
+
+A server run with `--auth` wants `Authorization: Bearer <token>` on every request but
+`GET /v1/health`: 401 `unauthorized` without a known token, 403 `forbidden` without the
+permission (a grant on the topic, the transaction's owner, admin for `/metrics`).
+"""
+
+
 def _install_openapi(app: FastAPI) -> None:
-    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400)."""
+    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400), with an
+    example on every request and response body."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -54,7 +113,7 @@ def _install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 summary=app.summary,
-                description="The txnstream HTTP API, version 1 (shared/HTTP_API.md).",
+                description=DESCRIPTION,
                 routes=app.routes,
             )
             for path_item in schema.get("paths", {}).values():
@@ -63,7 +122,55 @@ def _install_openapi(app: FastAPI) -> None:
             components = schema.get("components", {}).get("schemas", {})
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
+            if app.state.access.auth is not None:
+                _document_bearer(schema)
+            _add_body_examples(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_bearer(schema: dict[str, Any]) -> None:
+    """Say in the OpenAPI document that every operation but health takes a bearer token."""
+    schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+    for path, path_item in schema.get("paths", {}).items():
+        if path == "/v1/health":
+            continue
+        for operation in path_item.values():
+            operation["security"] = [{"bearer": []}]
+
+
+def _add_body_examples(schema: dict[str, Any]) -> None:
+    """Give every request and response body the first example of its model.
+
+    The models carry ``examples`` in their JSON schema; Swagger UI shows a body's
+    ``example`` most reliably when it sits on the media type, also for optional bodies
+    (``anyOf`` the model and null).
+    """
+    components = schema.get("components", {}).get("schemas", {})
+
+    def first_example(node: dict[str, Any]) -> Any:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            node = components.get(ref.rsplit("/", 1)[-1], {})
+        examples = node.get("examples")
+        if isinstance(examples, list) and examples:
+            return examples[0]
+        for option in node.get("anyOf", ()):
+            found = first_example(option)
+            if found is not None:
+                return found
+        return None
+
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    if "example" in media or "examples" in media:
+                        continue
+                    example = first_example(media.get("schema", {}))
+                    if example is not None:
+                        media["example"] = example

@@ -24,16 +24,19 @@ from api import (
     EngineError,
     EngineFailedError,
     FencedError,
+    ForbiddenError,
     InsufficientStorageError,
     InvalidArgumentError,
     NotFoundError,
+    RemoteStorageError,
     TooLargeError,
     TxnNotOpenError,
 )
 
+from ._access import PRINCIPAL_KEY, AccessPolicy
 from ._edge import REQUEST_ID_KEY
 from ._json import error
-from ._schemas import ErrorResponse
+from ._responses import ErrorResponse
 
 log = logging.getLogger("txnstream.http")
 
@@ -41,6 +44,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     NotFoundError: (404, "not_found"),
     TxnNotOpenError: (409, "txn_not_open"),
     FencedError: (409, "fenced"),
+    ForbiddenError: (403, "forbidden"),
     ConflictError: (409, "conflict"),
     TooLargeError: (413, "too_large"),
     InvalidArgumentError: (400, "invalid_request"),
@@ -48,6 +52,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     DataDirLockedError: (503, "unavailable"),
     ClosedError: (503, "unavailable"),
     EngineFailedError: (503, "unavailable"),
+    RemoteStorageError: (503, "unavailable"),
     RequestValidationError: (400, "invalid_request"),
 }
 """The one map from an exception class to ``(status, code)``; looked up along the MRO."""
@@ -75,18 +80,53 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` of a route: 400 and 503 always, plus ``statuses``."""
+    """OpenAPI ``responses`` of a route: 400, 401, 403 and 503 always, plus ``statuses``."""
     text = {
         400: "Malformed request (`invalid_request`).",
+        401: "No or unknown token, with `serve --auth` (`unauthorized`).",
+        403: "Not permitted: no grant, another principal's transaction, or a foreign"
+        " `Origin` (`forbidden`).",
         404: "Unknown topic, subscription or transaction (`not_found`).",
         409: "`txn_not_open`, `fenced` or `conflict`.",
         413: "Message value or request body too large (`too_large`).",
         503: "The engine is closed or failed (`unavailable`).",
     }
     return {
-        status: {"model": ErrorResponse, "description": text[status]}
-        for status in (400, *statuses, 503)
+        status: {
+            "model": ErrorResponse,
+            "description": text[status],
+            "content": {"application/json": {"example": _ERROR_EXAMPLES[status]}},
+        }
+        for status in (400, 401, 403, *statuses, 503)
     }
+
+
+def note_refusal(request: Request, status: int, reason: str) -> None:
+    """Log and count a 401/403 a route answered (the middleware records its own)."""
+    access: AccessPolicy | None = getattr(request.app.state, "access", None)
+    if access is not None:
+        identity = request.scope.get(PRINCIPAL_KEY)
+        name = None if identity is None else identity.name
+        access.refusals.record(status, reason, name, request.method, request.url.path)
+
+
+_ERROR_EXAMPLES = {
+    status: {"error": {"code": code, "message": message}}
+    for status, code, message in [
+        (
+            400,
+            "invalid_request",
+            "messages.0: each message needs exactly one of 'value' and 'value_b64'",
+        ),
+        (401, "unauthorized", "a bearer token is required"),
+        (403, "forbidden", "principal 'billing' may not produce to topic 'orders'"),
+        (404, "not_found", "topic 'orders' not found"),
+        (409, "txn_not_open", "transaction txn-17 is not open: it timed out (aborted)"),
+        (413, "too_large", "message value of 6291456 bytes exceeds the limit of 5242880 bytes"),
+        (503, "unavailable", "the engine is closed"),
+        (507, "insufficient_storage", "not enough disk space: writes resume once space is freed"),
+    ]
+}
 
 
 def _request_id(request: Request) -> str:
@@ -105,6 +145,8 @@ async def _engine_error_handler(request: Request, exc: Exception) -> Response:
         )
         return error(500, "internal", f"internal error (request {_request_id(request)})")
     status, code = row
+    if status == 403:  # e.g. another principal's transaction: logged and counted as refused
+        note_refusal(request, status, str(getattr(exc, "reason", "not_owner")))
     level = logging.WARNING if status >= 500 else logging.INFO
     log.log(level, "request id=%s failed: %s %s: %s", _request_id(request), status, code, exc)
     return error(status, code, str(exc) or type(exc).__name__)

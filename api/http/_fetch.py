@@ -13,8 +13,10 @@ from fastapi.responses import Response
 
 from ._errors import responses
 from ._json import entry_json, ok, pos
+from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
 from ._params import TopicName, engine_of
-from ._schemas import FETCH_FROM_PATTERN, FetchResponse, Isolation
+from ._responses import FetchResponse
+from ._schemas import FETCH_FROM_PATTERN, Isolation
 
 router = APIRouter(tags=["messages"])
 
@@ -23,14 +25,32 @@ router = APIRouter(tags=["messages"])
 async def fetch(
     topic: TopicName,
     request: Request,
-    start: Annotated[str | None, Query(alias="from", pattern=FETCH_FROM_PATTERN)] = None,
-    max_entries: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 1000,
-    isolation: Annotated[Isolation, Query()] = "read_committed",
+    start: Annotated[
+        str | None,
+        Query(
+            alias="from",
+            pattern=FETCH_FROM_PATTERN,
+            description="First position to return ('L:E', inclusive) or earliest (default).",
+        ),
+    ] = None,
+    max_entries: Annotated[
+        int, Query(alias="max", ge=1, le=10_000, description="At most this many entries.")
+    ] = 1000,
+    isolation: Annotated[
+        Isolation,
+        Query(
+            description="read_committed: up to the stable position; read_uncommitted: up to"
+            " last confirmed."
+        ),
+    ] = "read_committed",
+    max_bytes: MaxBytes = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
     """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
     engine = engine_of(request)
     begin_at = None if start in (None, "earliest") else start
-    result = await engine.fetch(topic, begin_at, max=max_entries, isolation=isolation)
+    result = await engine.fetch(
+        topic, begin_at, max=max_entries, isolation=isolation, max_bytes=max_bytes
+    )
     return ok(
         {
             "entries": [entry_json(e) for e in result.entries],

@@ -131,6 +131,7 @@ def txn_json(info: Any) -> dict[str, Any]:
         "created_at": iso(info.created_at),
         "deadline": iso(info.deadline),
         "reason": info.reason,
+        "owner": getattr(info, "owner", None),
     }
 
 

@@ -17,10 +17,18 @@ from ._edge import Drain
 from ._schemas import NAME_PATTERN
 
 TopicName = Annotated[
-    str, Path(pattern=NAME_PATTERN, description="1-200 of [A-Za-z0-9._-], not starting '__'.")
+    str,
+    Path(
+        pattern=NAME_PATTERN,
+        description="1-200 characters of `[A-Za-z0-9._-]`, not starting with `__`.",
+    ),
 ]
 SubName = Annotated[
-    str, Path(pattern=NAME_PATTERN, description="1-200 of [A-Za-z0-9._-], not starting '__'.")
+    str,
+    Path(
+        pattern=NAME_PATTERN,
+        description="1-200 characters of `[A-Za-z0-9._-]`, not starting with `__`.",
+    ),
 ]
 TxnParam = Annotated[str, Path(description="A transaction id as returned by begin.")]
 

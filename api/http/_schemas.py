@@ -1,17 +1,19 @@
-"""Pydantic models of the HTTP contract (``shared/HTTP_API.md``): requests and responses.
+"""Pydantic models of the HTTP contract (``docs/http-api.md``): requests and responses.
 
 Request models validate strictly (no ``"1"`` for an integer, no ``1`` for a boolean), so
 wrong types are 400 ``invalid_request``. Response models exist for ``/openapi.json``; the
 routes build their JSON bodies directly (see ``api/http/_json.py``) and the schemathesis test
-keeps the two in step.
+keeps the two in step. Every field has a description and every model an example: they
+are what ``/docs`` shows.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic.config import JsonDict
 
 NAME_PATTERN = (
     r"^(?:[A-Za-z0-9.\-][A-Za-z0-9._\-]{0,199}|_(?:[A-Za-z0-9.\-][A-Za-z0-9._\-]{0,198})?)$"
@@ -41,6 +43,19 @@ ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 TxnIdStr = Annotated[StrictStr, Field(max_length=200, examples=["txn-17"])]
 Properties = dict[StrictStr, StrictStr]
+
+POSITION_TEXT = "A position 'L:E' (ledger id, entry id)."
+TXN_TEXT = "A transaction id as returned by begin (opaque; never reused)."
+KEY_TEXT = "The message key: key_shared subscriptions route by it; null for none."
+PROPERTIES_TEXT = "String properties of the message (free key/value pairs)."
+
+
+def _examples(
+    *examples: dict[str, Any], strict: bool = False, json_schema_extra: dict[str, Any] | None = None
+) -> ConfigDict:
+    """A model config whose JSON schema carries ``examples`` (shown by ``/docs``)."""
+    extra = cast(JsonDict, {**(json_schema_extra or {}), "examples": list(examples)})
+    return ConfigDict(strict=strict, json_schema_extra=extra)
 
 
 def check_json_value(value: Any) -> None:
@@ -72,7 +87,9 @@ class _Request(BaseModel):
 class MessageIn(_Request):
     """One message to produce: exactly one of ``value`` (any JSON) or ``value_b64``."""
 
-    model_config = ConfigDict(
+    model_config = _examples(
+        {"value": {"order": 1, "amount": 9.5}, "key": "customer-7", "properties": {"src": "web"}},
+        {"value_b64": "AAEC"},
         strict=True,
         json_schema_extra={"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]},
     )
@@ -82,8 +99,8 @@ class MessageIn(_Request):
         str,
         Field(pattern=BASE64_PATTERN, json_schema_extra={"contentEncoding": "base64"}),
     ] = Field(default="", description="Bytes, standard base64 with padding.")
-    key: StrictStr | None = None
-    properties: Properties | None = None
+    key: StrictStr | None = Field(default=None, description=KEY_TEXT)
+    properties: Properties | None = Field(default=None, description=PROPERTIES_TEXT)
 
     @model_validator(mode="after")
     def _exactly_one_value(self) -> MessageIn:
@@ -97,10 +114,28 @@ class MessageIn(_Request):
 class ProduceRequest(_Request):
     """Body of ``POST /v1/topics/{topic}/messages``."""
 
-    messages: Annotated[list[MessageIn], Field(min_length=1)]
-    txn: TxnIdStr | None = None
-    producer: ShortText | None = None
-    sequence: Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE)] | None = None
+    model_config = _examples(
+        {"messages": [{"value": {"order": 1}, "key": "k1", "properties": {"a": "b"}}]},
+        {"messages": [{"value": {"order": 2}}], "txn": "txn-17"},
+        {"messages": [{"value": 1}, {"value": 2}], "producer": "orders-app", "sequence": 41},
+        strict=True,
+    )
+
+    messages: Annotated[list[MessageIn], Field(min_length=1)] = Field(
+        description="The batch, appended atomically (all or none), in this order."
+    )
+    txn: TxnIdStr | None = Field(
+        default=None,
+        description="Append inside this open transaction (409 txn_not_open otherwise).",
+    )
+    producer: ShortText | None = Field(
+        default=None,
+        description="Idempotent producer name (with sequence): a resent batch is a duplicate.",
+    )
+    sequence: Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE)] | None = Field(
+        default=None,
+        description="Sequence number of the first message; the next ones count up from it.",
+    )
 
     @model_validator(mode="after")
     def _producer_with_sequence(self) -> ProduceRequest:
@@ -114,252 +149,164 @@ class ProduceRequest(_Request):
 class BeginRequest(_Request):
     """Body of ``POST /v1/transactions`` (may be empty)."""
 
-    timeout_ms: Annotated[StrictInt, Field(ge=1, le=MAX_TXN_TIMEOUT_MS)] | None = None
-    transactional_id: ShortText | None = None
-    label: Label | None = None
+    model_config = _examples(
+        {"timeout_ms": 60000, "transactional_id": "orders-app-1", "label": "job-1:batch-7"},
+        {},
+        strict=True,
+    )
+
+    timeout_ms: Annotated[StrictInt, Field(ge=1, le=MAX_TXN_TIMEOUT_MS)] | None = Field(
+        default=None,
+        description="Abort it after this many ms unless it ends first (default 60000).",
+    )
+    transactional_id: ShortText | None = Field(
+        default=None, description="Aborts and fences any open transaction begun with the same id."
+    )
+    label: Label | None = Field(
+        default=None, description="Free text (at most 200 characters) to find it later by prefix."
+    )
 
 
 class FinishRequest(_Request):
     """Body of ``POST /v1/transactions/finish``."""
 
-    commit: list[TxnIdStr] = Field(default_factory=list)
-    abort: list[TxnIdStr] = Field(default_factory=list)
-    idempotence_key: ShortText | None = None
+    model_config = _examples(
+        {"commit": ["txn-17", "txn-18"], "abort": ["txn-19"], "idempotence_key": "epoch-42"},
+        strict=True,
+    )
+
+    commit: list[TxnIdStr] = Field(
+        default_factory=list, description="Transactions to commit (each must be open)."
+    )
+    abort: list[TxnIdStr] = Field(default_factory=list, description="Transactions to abort.")
+    idempotence_key: ShortText | None = Field(
+        default=None,
+        description="A key already used by a successful finish makes this one abort everything"
+        " it lists instead (a replayed batch never lands twice).",
+    )
 
 
 class SubscriptionRequest(_Request):
     """Body of ``PUT /v1/topics/{topic}/subscriptions/{sub}`` (may be empty)."""
 
-    type: SubscriptionType = "exclusive"
-    initial_position: InitialPosition = "earliest"
-    isolation: Isolation = "read_committed"
+    model_config = _examples(
+        {"type": "shared", "initial_position": "earliest", "isolation": "read_committed"},
+        strict=True,
+    )
+
+    type: SubscriptionType = Field(
+        default="exclusive",
+        description="exclusive (one consumer), failover (one active), shared (round robin)"
+        " or key_shared (by key).",
+    )
+    initial_position: InitialPosition = Field(
+        default="earliest", description="Where a new subscription starts; ignored if it exists."
+    )
+    isolation: Isolation = Field(
+        default="read_committed",
+        description="read_committed (decided data only, up to the stable position) or"
+        " read_uncommitted (up to last confirmed).",
+    )
 
 
 class AckRequest(_Request):
     """Body of ``POST .../ack``."""
 
-    positions: list[PositionStr]
-    cumulative: StrictBool = False
-    txn: TxnIdStr | None = None
+    model_config = _examples(
+        {"positions": ["0:3", "0:4"]},
+        {"positions": ["0:9"], "cumulative": True, "txn": "txn-17"},
+        strict=True,
+    )
+
+    positions: list[PositionStr] = Field(description="Positions to acknowledge.")
+    cumulative: StrictBool = Field(
+        default=False, description="Acknowledge everything at or below the (highest) position."
+    )
+    txn: TxnIdStr | None = Field(
+        default=None,
+        description="Make the ack part of this transaction: it counts once it commits.",
+    )
 
 
 class NackRequest(_Request):
     """Body of ``POST .../nack``."""
 
-    positions: list[PositionStr]
+    model_config = _examples({"positions": ["0:3"]}, strict=True)
+
+    positions: list[PositionStr] = Field(
+        description="Delivered positions to redeliver (their redelivery_count goes up by one)."
+    )
 
 
 class SeekRequest(_Request):
     """Body of ``POST .../seek``."""
 
-    position: Annotated[str, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])]
+    model_config = _examples({"position": "0:15"}, {"position": "earliest"}, strict=True)
+
+    position: Annotated[str, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])] = Field(
+        description="'L:E', earliest or latest: everything before it counts as acknowledged,"
+        " everything from it on as not."
+    )
 
 
 class TopicRequest(_Request):
     """Optional body of ``PUT /v1/topics/{topic}``; no settings yet."""
 
-
-# --------------------------------------------------------------------------- responses
-
-
-class ErrorDetail(BaseModel):
-    """The ``error`` member of every 4xx/5xx body."""
-
-    code: str = Field(examples=["invalid_request"])
-    message: str
+    model_config = _examples({}, strict=True)
 
 
-class ErrorResponse(BaseModel):
-    """Every error body: ``{"error": {"code", "message"}}``."""
-
-    error: ErrorDetail
+MAX_OFFLOAD_AFTER_MS = 100 * 365 * 86_400_000
 
 
-class HealthResponse(BaseModel):
-    """``GET /v1/health``."""
+class OffloadRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/offload`` (may be empty: manual offload only,
+    one local ledger kept)."""
 
-    status: Literal["ok"]
+    model_config = _examples({"after_ms": 3600000, "min_local_ledgers": 2}, strict=True)
 
-
-class TopicResponse(BaseModel):
-    """``PUT /v1/topics/{topic}``."""
-
-    topic: str
-
-
-class TopicDeletedResponse(BaseModel):
-    """``DELETE /v1/topics/{topic}``."""
-
-    topic: str
-    deleted: bool
-
-
-class TopicListResponse(BaseModel):
-    """``GET /v1/topics``."""
-
-    topics: list[str]
-
-
-class SnapshotInfo(BaseModel):
-    """The newest snapshot of a topic's transaction buffer."""
-
-    position: str
-    taken_at: str
+    after_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_OFFLOAD_AFTER_MS,
+            description="Offload a ledger this long after it stopped growing (background"
+            " pass); null: only on POST .../offload/run.",
+        ),
+    ] = None
+    min_local_ledgers: Annotated[
+        StrictInt,
+        Field(
+            ge=0,
+            le=1_000_000,
+            description="The newest ledgers (the open one included) that always stay local.",
+        ),
+    ] = 1
 
 
-class SubscriptionStats(BaseModel):
-    """One subscription in the stats body."""
+class BatchMessageIn(MessageIn):
+    """One message of an atomic multi-topic batch: its topic and exactly one of ``value``
+    and ``value_b64``."""
 
-    type: str
-    isolation: str
-    backlog: int
-    mark_delete: str | None
-    consumers: list[str]
-
-
-class BlockingTxnInfo(BaseModel):
-    """The open transaction whose first entry holds a topic's stable position."""
-
-    txn: str
-    since: str | None = Field(description="When it began (ISO 8601, UTC).")
-    deadline: str | None = Field(description="When it times out (ISO 8601, UTC).")
-
-
-class StatsResponse(BaseModel):
-    """``GET /v1/topics/{topic}/stats``."""
-
-    topic: str
-    last_confirmed: str | None
-    stable_position: str | None
-    open_txns: int
-    aborted_txns: int
-    ledgers: int
-    entries: int
-    snapshot: SnapshotInfo | None
-    blocking_txn: BlockingTxnInfo | None = Field(
-        None, description="The open transaction holding the stable position, if any."
+    model_config = _examples(
+        {"topic": "orders", "value": {"order": 1}, "key": "customer-7"},
+        {"topic": "audit", "value_b64": "AAEC"},
+        strict=True,
+        json_schema_extra={"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]},
     )
-    subscriptions: dict[str, SubscriptionStats]
 
-
-class ProduceResponse(BaseModel):
-    """``POST /v1/topics/{topic}/messages``."""
-
-    positions: list[str]
-    duplicate: bool
-
-
-class TxnResponse(BaseModel):
-    """A transaction: begin, get, commit, abort and list items."""
-
-    txn: str
-    state: TxnState
-    label: str | None = None
-    topics: list[str] = Field(default_factory=list)
-    fenced: bool = False
-    timeout_ms: int | None = None
-    created_at: str | None = Field(None, description="When it began (ISO 8601, UTC).")
-    deadline: str | None = Field(None, description="When it times out (ISO 8601, UTC).")
-    reason: Literal["client", "timeout", "fenced", "low_watermark"] | None = Field(
-        None, description="Once ended: why (its client, its timeout, fencing, low watermark)."
+    topic: Annotated[str, Field(pattern=NAME_PATTERN)] = Field(
+        description="The topic (it must exist: 404 otherwise, and nothing is stored)."
     )
 
 
-class TxnListResponse(BaseModel):
-    """``GET /v1/transactions``."""
+class BatchRequest(_Request):
+    """Body of ``POST /v1/batches``: one atomic append across topics, no transaction."""
 
-    transactions: list[TxnResponse]
+    model_config = _examples(
+        {"messages": [{"topic": "orders", "value": {"id": 1}}, {"topic": "audit", "value": "x"}]},
+        strict=True,
+    )
 
-
-class FinishResponse(BaseModel):
-    """``POST /v1/transactions/finish``."""
-
-    committed: list[str]
-    aborted: list[str]
-    duplicate: bool
-
-
-class SubscriptionResponse(BaseModel):
-    """``PUT /v1/topics/{topic}/subscriptions/{sub}``."""
-
-    topic: str
-    subscription: str
-    type: SubscriptionType
-    isolation: Isolation
-    initial_position: InitialPosition
-    created: bool
-
-
-class SubscriptionDeletedResponse(BaseModel):
-    """``DELETE /v1/topics/{topic}/subscriptions/{sub}``."""
-
-    topic: str
-    subscription: str
-    deleted: bool
-
-
-class MessageOut(BaseModel):
-    """A delivered message; ``value`` or ``value_b64``, as it was produced."""
-
-    position: str
-    value: Any = Field(default=None, description="Present when produced as JSON.")
-    value_b64: str | None = Field(default=None, description="Present when produced as bytes.")
-    key: str | None
-    properties: dict[str, str]
-    txn: str | None
-    publish_time: str = Field(description="ISO-8601, UTC.")
-    redelivery_count: int
-
-
-class ReceiveResponse(BaseModel):
-    """``GET .../subscriptions/{sub}/messages``."""
-
-    messages: list[MessageOut]
-
-
-class AckResponse(BaseModel):
-    """``POST .../ack``: the number of positions named in the request."""
-
-    acked: int
-
-
-class NackResponse(BaseModel):
-    """``POST .../nack``."""
-
-    nacked: int
-
-
-class SeekResponse(BaseModel):
-    """``POST .../seek``."""
-
-    position: str
-
-
-class FetchedEntryOut(BaseModel):
-    """One raw entry of a range fetch (data or marker)."""
-
-    position: str
-    kind: EntryKindName
-    txn: str | None
-    key: str | None
-    value: Any = None
-    value_b64: str | None = None
-    properties: dict[str, str]
-    publish_time: str
-
-
-class AbortedTxnOut(BaseModel):
-    """An aborted transaction with data in the fetched range."""
-
-    txn: str
-    first_position: str
-
-
-class FetchResponse(BaseModel):
-    """``GET /v1/topics/{topic}/fetch``."""
-
-    entries: list[FetchedEntryOut]
-    aborted: list[AbortedTxnOut]
-    next: str
-    stable_position: str | None
-    last_confirmed: str | None
+    messages: Annotated[list[BatchMessageIn], Field(min_length=1)] = Field(
+        description="Appended all or nothing; positions come back in this order."
+    )

@@ -16,22 +16,21 @@ from fastapi.responses import Response
 
 from api import Engine, Position
 
+from ._auth import principal_of
 from ._edge import Drain
 from ._errors import responses
 from ._json import message_json, ok
+from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
 from ._params import SubName, TopicName, drain_of, engine_of
-from ._schemas import (
-    AckRequest,
+from ._responses import (
     AckResponse,
-    NackRequest,
     NackResponse,
     ReceiveResponse,
-    SeekRequest,
     SeekResponse,
     SubscriptionDeletedResponse,
-    SubscriptionRequest,
     SubscriptionResponse,
 )
+from ._schemas import AckRequest, NackRequest, SeekRequest, SubscriptionRequest
 
 router = APIRouter(tags=["subscriptions"])
 
@@ -91,14 +90,29 @@ async def receive(
     topic: TopicName,
     sub: SubName,
     request: Request,
-    consumer: Annotated[str, Query(min_length=1, max_length=200)] = "default",
-    max_messages: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 100,
-    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    consumer: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=200,
+            description="The consumer's name; one that does not poll for 30 s is detached.",
+        ),
+    ] = "default",
+    max_messages: Annotated[
+        int, Query(alias="max", ge=1, le=10_000, description="At most this many messages.")
+    ] = 100,
+    wait_ms: Annotated[
+        int, Query(ge=0, le=30_000, description="Wait up to this long for the first message.")
+    ] = 0,
+    max_bytes: MaxBytes = DEFAULT_RESPONSE_BYTES,
 ) -> Response:
-    """Up to ``max`` messages, waiting up to ``wait_ms`` for the first one."""
+    """Up to ``max`` messages (and ``max_bytes``), waiting up to ``wait_ms`` for the first
+    one. A poll whose client disconnects ends and hands out nothing."""
     engine = engine_of(request)
     drain = drain_of(request)
-    messages = await _receive(engine, drain, topic, sub, consumer, max_messages, wait_ms)
+    messages = await _receive(
+        engine, drain, request, topic, sub, consumer, max_messages, wait_ms, max_bytes
+    )
     return ok({"messages": [message_json(m) for m in messages]})
 
 
@@ -107,7 +121,14 @@ async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request
     """Acknowledge positions (cumulatively, or within a transaction)."""
     engine = engine_of(request)
     positions = [Position.parse(p) for p in body.positions]
-    await engine.ack(topic, sub, positions, cumulative=body.cumulative, txn=body.txn)
+    await engine.ack(
+        topic,
+        sub,
+        positions,
+        cumulative=body.cumulative,
+        txn=body.txn,
+        principal=principal_of(request),
+    )
     return ok({"acked": len(positions)})
 
 
@@ -131,25 +152,50 @@ async def seek(topic: TopicName, sub: SubName, body: SeekRequest, request: Reque
 async def _receive(
     engine: Engine,
     drain: Drain,
+    request: Request,
     topic: str,
     sub: str,
     consumer: str,
     max_messages: int,
     wait_ms: int,
+    max_bytes: int,
 ) -> Sequence[Any]:
-    """``engine.receive``, cut short (with no messages) if the server starts draining."""
+    """``engine.receive``, cut short with no messages when the server starts draining or
+    the client disconnects (what the poll took goes back to the subscription)."""
     if wait_ms == 0 or drain.started:
-        return await engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=0.0)
+        return await engine.receive(
+            topic, sub, consumer=consumer, max=max_messages, timeout=0.0, max_bytes=max_bytes
+        )
     task = asyncio.create_task(
-        engine.receive(topic, sub, consumer=consumer, max=max_messages, timeout=wait_ms / 1000),
+        engine.receive(
+            topic,
+            sub,
+            consumer=consumer,
+            max=max_messages,
+            timeout=wait_ms / 1000,
+            max_bytes=max_bytes,
+        ),
         name=f"http-receive:{topic}/{sub}/{consumer}",
     )
+    gone = asyncio.create_task(_disconnected(request), name="http-receive-disconnect")
     try:
-        await asyncio.wait((task, drain.future()), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((task, gone, drain.future()), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
+        for waiter in (task, gone):
+            if not waiter.done():
+                waiter.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    if task.cancelled() or (task.exception() is not None and gone.done()):
         return []
-    return task.result()
+    messages = task.result()
+    if messages and gone.done() and not gone.cancelled():
+        # the client left as the messages arrived: nobody read them, so they go back
+        await engine.release(topic, sub, [m.position for m in messages])
+        return []
+    return messages
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (a GET has no body to read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

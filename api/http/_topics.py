@@ -7,16 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
+from ._auth import identity_of
 from ._errors import responses
 from ._json import ok
 from ._params import TopicName, engine_of
-from ._schemas import (
-    StatsResponse,
-    TopicDeletedResponse,
-    TopicListResponse,
-    TopicRequest,
-    TopicResponse,
-)
+from ._responses import StatsResponse, TopicDeletedResponse, TopicListResponse, TopicResponse
+from ._schemas import TopicRequest
 
 router = APIRouter(tags=["topics"])
 
@@ -38,9 +34,13 @@ async def create_topic(
 
 @router.get("/v1/topics", response_model=TopicListResponse, responses=responses())
 async def list_topics(request: Request) -> Response:
-    """All topic names."""
+    """All topic names (with ``--auth``: those the caller has a grant on)."""
     engine = engine_of(request)
-    return ok({"topics": list(await engine.list_topics())})
+    names = list(await engine.list_topics())
+    identity = identity_of(request)
+    if identity is not None:
+        names = [name for name in names if identity.sees(name)]
+    return ok({"topics": names})
 
 
 @router.delete("/v1/topics/{topic}", response_model=TopicDeletedResponse, responses=responses(404))

@@ -7,17 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
+from ._auth import principal_of
 from ._errors import responses
 from ._json import ok, txn_json
 from ._params import TxnParam, engine_of
-from ._schemas import (
-    BeginRequest,
-    FinishRequest,
-    FinishResponse,
-    TxnListResponse,
-    TxnResponse,
-    TxnState,
-)
+from ._responses import FinishResponse, TxnListResponse, TxnResponse
+from ._schemas import BeginRequest, FinishRequest, TxnState
 
 router = APIRouter(tags=["transactions"])
 
@@ -28,8 +23,12 @@ async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] =
     engine = engine_of(request)
     req = body or BeginRequest()
     timeout = None if req.timeout_ms is None else req.timeout_ms / 1000
+    principal = principal_of(request)
     txn = await engine.begin(
-        timeout=timeout, transactional_id=req.transactional_id, label=req.label
+        timeout=timeout,
+        transactional_id=req.transactional_id,
+        label=req.label,
+        principal=principal,
     )
     timeout_ms = req.timeout_ms
     if timeout_ms is None:
@@ -42,6 +41,7 @@ async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] =
             "topics": [],
             "fenced": False,
             "timeout_ms": timeout_ms,
+            "owner": None if principal is None else principal.name,
         },
         201,
     )
@@ -50,15 +50,23 @@ async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] =
 @router.get("/v1/transactions", response_model=TxnListResponse, responses=responses())
 async def list_transactions(
     request: Request,
-    state: Annotated[TxnState | None, Query()] = None,
-    label_prefix: Annotated[str | None, Query(max_length=200)] = None,
-    older_than_ms: Annotated[int | None, Query(ge=0, le=10**12)] = None,
+    state: Annotated[TxnState | None, Query(description="Only transactions in this state.")] = None,
+    label_prefix: Annotated[
+        str | None, Query(max_length=200, description="Only labels starting with this.")
+    ] = None,
+    older_than_ms: Annotated[
+        int | None,
+        Query(ge=0, le=10**12, description="Only those begun more than this many ms ago."),
+    ] = None,
 ) -> Response:
     """Transactions, optionally filtered by state, label prefix and age (begun more than
     ``older_than_ms`` ago: hanging transactions)."""
     engine = engine_of(request)
     infos = await engine.transactions(
-        state=state, label_prefix=label_prefix, older_than_ms=older_than_ms
+        state=state,
+        label_prefix=label_prefix,
+        older_than_ms=older_than_ms,
+        principal=principal_of(request),
     )
     return ok({"transactions": [txn_json(info) for info in infos]})
 
@@ -70,7 +78,10 @@ async def finish(body: FinishRequest, request: Request) -> Response:
     """Commit and abort several transactions in one atomic decision."""
     engine = engine_of(request)
     result = await engine.finish(
-        commit=body.commit, abort=body.abort, idempotence_key=body.idempotence_key
+        commit=body.commit,
+        abort=body.abort,
+        idempotence_key=body.idempotence_key,
+        principal=principal_of(request),
     )
     return ok(
         {
@@ -85,7 +96,7 @@ async def finish(body: FinishRequest, request: Request) -> Response:
 async def get_transaction(txn: TxnParam, request: Request) -> Response:
     """One transaction's state, label, topics and whether it was fenced."""
     engine = engine_of(request)
-    return ok(txn_json(await engine.get_transaction(txn)))
+    return ok(txn_json(await engine.get_transaction(txn, principal=principal_of(request))))
 
 
 @router.post(
@@ -94,7 +105,7 @@ async def get_transaction(txn: TxnParam, request: Request) -> Response:
 async def commit(txn: TxnParam, request: Request) -> Response:
     """Commit; 200 once the markers are durable (again 200 if already committed)."""
     engine = engine_of(request)
-    return ok(txn_json(await engine.commit(txn)))
+    return ok(txn_json(await engine.commit(txn, principal=principal_of(request))))
 
 
 @router.post(
@@ -103,4 +114,4 @@ async def commit(txn: TxnParam, request: Request) -> Response:
 async def abort(txn: TxnParam, request: Request) -> Response:
     """Abort (again 200 if already aborted)."""
     engine = engine_of(request)
-    return ok(txn_json(await engine.abort(txn)))
+    return ok(txn_json(await engine.abort(txn, principal=principal_of(request))))

@@ -8,7 +8,6 @@ the Arrow side: the fixed schema and the builder that turns decoded log entries 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,13 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from api import InvalidArgumentError, Position, TxnStreamSourceError, validate_name
+from api import (
+    CommittedReader,
+    InvalidArgumentError,
+    Position,
+    TxnStreamSourceError,
+    validate_name,
+)
 
 FORMAT = "txnstream"
 
@@ -148,6 +153,9 @@ class SourceOptions:
     txn_timeout_ms: int
     write_batch: int
     value_format: str
+    token: str | None = None
+    offload_url: str | None = None
+    """Where the executors read offloaded ledgers (default: each ledger's own URL)."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -221,7 +229,19 @@ class SourceOptions:
             ),
             write_batch=_int_option(options, "writebatchsize", DEFAULT_WRITE_BATCH, 1, 10_000),
             value_format=value_format,
+            token=options.get("token") or None,
+            offload_url=(options.get("offloadurl") or "").strip() or None,
         )
+
+    def object_url(self, ledger_id: int, recorded: str | None) -> str | None:
+        """Where to read offloaded ledger ``ledger_id``: under the ``offloadUrl`` option
+        when set, else its recorded URL."""
+        if self.offload_url is None:
+            return recorded
+        try:
+            return CommittedReader.object_url(self.offload_url, self.topic, ledger_id)
+        except InvalidArgumentError as exc:
+            raise TxnStreamSourceError(f"option offloadUrl: {exc}") from None
 
     @property
     def where(self) -> str:
@@ -232,31 +252,9 @@ class SourceOptions:
 # -- Arrow ---------------------------------------------------------------------------
 
 
-def json_text(value: Any) -> str | None:
-    """The JSON text of a message value, or None if it is not JSON (bytes inside, ...)."""
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-
-
-def split_value(value: Any) -> tuple[bytes | None, str | None]:
-    """``(value, value_json)`` columns of one message value.
-
-    bytes stay bytes (``value_json`` null); a string gives its UTF-8 bytes and its JSON
-    text; any other JSON value gives the UTF-8 of its JSON text in both columns; null
-    gives nulls.
-    """
-    if isinstance(value, bytes):
-        return value, None
-    if value is None:
-        return None, "null"
-    text = json_text(value)
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass"), text
-    if text is None:
-        return repr(value).encode("utf-8"), None
-    return text.encode("utf-8"), text
+split_value = CommittedReader.split_value
+"""``(value, value_json)`` columns of one message value: the ledger's own rule, which
+offloaded objects were written with, so both tiers read the same."""
 
 
 def make_batch(

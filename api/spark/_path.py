@@ -9,7 +9,7 @@ raw rows into record batches, vectorized for the usual shape of bulk data.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,17 +62,22 @@ class LedgerRange:
 
 
 def split_window(
-    sizes: Sequence[tuple[int, int]], window: Window, max_entries: int
+    sizes: Sequence[tuple[int, int]],
+    window: Window,
+    max_entries: int,
+    whole: Collection[int] = (),
 ) -> list[LedgerRange]:
-    """Cut ``window`` into ranges of at most ``max_entries`` entries, one ledger each."""
+    """Cut ``window`` into ranges of at most ``max_entries`` entries, one ledger each;
+    the ledgers in ``whole`` (offloaded: one object each) are never cut."""
     ranges: list[LedgerRange] = []
     for ledger_id, size in sizes:
         if size <= 0 or ledger_id < window.start.ledger_id or ledger_id > window.end.ledger_id:
             continue
         lo = window.start.entry_id if ledger_id == window.start.ledger_id else 0
         hi = min(size, window.end.entry_id) if ledger_id == window.end.ledger_id else size
+        step = hi - lo if ledger_id in whole else max_entries
         while lo < hi:
-            upper = min(hi, lo + max_entries)
+            upper = min(hi, lo + step)
             ranges.append(LedgerRange(ledger_id, lo, upper))
             lo = upper
     return ranges
@@ -150,11 +155,24 @@ def _by_size(rows: list[Any]) -> Iterator[list[Any]]:
 
 
 def read_range(
-    reader: CommittedReader, tid: int, part: LedgerRange, isolation: str
+    reader: CommittedReader,
+    tid: int,
+    part: LedgerRange,
+    isolation: str,
+    object_url: Callable[[int, str | None], str | None] | None = None,
 ) -> Iterator[Any]:
     """Record batches of the data entries of ``part`` (aborted data dropped when
-    read_committed); the range must lie at or below the read limit of ``isolation``."""
+    read_committed); the range must lie at or below the read limit of ``isolation``.
+
+    An offloaded ledger is read straight from its object in the object store (its
+    ``aborted`` column flags aborted data: no index lookup), never through SQLite.
+    """
     ledger_id = part.ledger_id
+    remote = next((r for r in reader.offloaded(tid) if r.ledger_id == ledger_id), None)
+    if remote is not None:
+        url = remote.url if object_url is None else object_url(ledger_id, remote.url)
+        yield from read_offloaded(url or remote.url, part.lo, part.hi, isolation, remote.size)
+        return
     aborted = (
         reader.aborted_txns(tid, ledger_id, part.lo, part.hi)
         if isolation == READ_COMMITTED
@@ -166,6 +184,19 @@ def read_range(
         for rows in _by_size(fetched):
             if rows:
                 yield _batch(ledger_id, rows)
+
+
+def read_offloaded(
+    url: str, lo: int, hi: int, isolation: str, size: int | None = None
+) -> Iterator[Any]:
+    """Record batches of the data entries ``lo <= e < hi`` of an offloaded ledger, read
+    from its object (credentials from this process's ``AWS_*`` environment)."""
+    try:
+        yield from CommittedReader.read_offloaded(
+            url, lo, hi, committed=isolation == READ_COMMITTED, size=size
+        )
+    except LedgerError as exc:
+        raise TxnStreamSourceError(str(exc)) from None
 
 
 def _batch(ledger_id: int, rows: list[Any]) -> Any:

@@ -17,7 +17,7 @@ and retried):
   ``finish``: a micro-batch replayed after a restart finds its key used and all its new
   transactions are aborted instead, so it never lands twice.
 
-Two backends carry it: :class:`~api.spark._http_client.HttpClient` (``url``) and
+Two backends carry it: :class:`~api.spark._url.ServerClient` (``url``) and
 :class:`EngineSink` (``path``), an :class:`~api.Engine` opened in the calling process.
 """
 
@@ -43,8 +43,8 @@ from api import (
 )
 
 from ._common import SourceOptions
-from ._http_client import HttpClient
 from ._path import database_file
+from ._url import ServerClient
 
 T = TypeVar("T")
 Message = tuple[str | None, Any, dict[str, str] | None]
@@ -153,7 +153,7 @@ async def _open_engine(path: str) -> Engine:
 def open_sink(options: SourceOptions) -> Sink:
     """The backend for ``options``: HTTP for ``url``, an in-process engine for ``path``."""
     if options.url is not None:
-        return HttpClient(options)
+        return ServerClient(options)
     return EngineSink(options)
 
 

@@ -21,17 +21,28 @@ its JSON text), ``value_json`` string (the JSON text of a non-bytes value, else 
 ``properties`` map<string,string>, ``txn`` string (``"txn-<n>"`` or null), and
 ``publish_time`` timestamp. Options: ``url`` or ``path`` (exactly one), ``topic``,
 ``startingPosition`` (inclusive; ``earliest`` default, ``latest`` or ``"L:E"``),
-``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position,
-or ``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed``
-default; ``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
+``endingPosition`` (batch only, exclusive; ``latest`` default = the stable position, or
+``"L:E"``, clamped to the stable position), ``isolation`` (``read_committed`` default;
+``read_uncommitted`` reads up to the last confirmed entry, aborted and open data
 included), ``maxEntriesPerPartition`` (200000), ``fetchSize`` (url, 10000),
 ``maxEntriesPerTrigger`` (streaming; counts log entries, markers included), ``timeout``
-(HTTP seconds). Input partitions are whole ledgers or bounded ranges of a large ledger,
-consecutive small ledgers grouped up to ``maxEntriesPerPartition`` entries (over HTTP
-by the topic's average ledger size); each task reads its range and drops aborted data
-using the aborted list of its own range (path: the aborted-transaction index, not even
-looked up when no ledger from the range on has ``has_aborts``; url: each fetch answer's
-``aborted``), yielding Arrow record batches, never buffering a transaction.
+(HTTP seconds), ``token`` (url: the bearer token for a server run with ``--auth``; it
+needs ``consume`` on the topic to read, ``produce`` to write). Input partitions are
+whole ledgers or bounded ranges of a large ledger, consecutive small ledgers grouped up
+to ``maxEntriesPerPartition`` entries (over HTTP by the topic's average ledger size);
+each task reads its range and drops aborted data using the aborted list of its own range
+(path: the aborted-transaction index, not even looked up when no ledger from the range
+on has ``has_aborts``; url: each fetch answer's ``aborted``), yielding Arrow record
+batches, never buffering a transaction.
+
+Offloaded ledgers (tiered storage) are one partition each in both modes, read by the
+task straight from their Parquet object in the object store (committed data: the
+object's ``aborted`` column; no broker and no index lookup in the path): the URL comes
+from the data directory's ``ledgers`` table (path) or the server's ledger listing
+``GET /v1/topics/{t}/ledgers`` (url), or, with the option ``offloadUrl``, from that base
+(``file:///dir``, a path or ``s3://bucket/prefix``; credentials and endpoint from the
+executors' ``AWS_*`` environment). With the listing, url-mode partitions follow the
+real ledgers instead of the average ledger size.
 
 Streaming offsets are ``{"next": "L:E"}``: everything before ``next`` was covered.
 ``latestOffset`` is just after the topic's stable position, so a micro-batch never
@@ -83,9 +94,8 @@ from ._common import (
     parse_position,
     position_of,
 )
-from ._http_client import HttpClient
-from ._path import LedgerRange, committed_reader, read_range, split_window
-from ._url import read_window, split_ledgers
+from ._path import LedgerRange, committed_reader, read_offloaded, read_range, split_window
+from ._url import RemotePart, ServerClient, read_window, split_ledgers, split_listing
 from ._writers import TxnStreamStreamWriter, TxnStreamWriter, check_write
 
 try:  # PySpark >= 4.2
@@ -151,16 +161,20 @@ class TxnStreamDataSource(DataSource):
 
 
 class TxnStreamPartition(InputPartition):
-    """One task's share: ledger ranges ``(ledger, lo, hi)`` (path) or a window (url)."""
+    """One task's share: ledger ranges ``(ledger, lo, hi)`` (path), a window (url), or
+    one offloaded ledger (both)."""
 
     def __init__(
         self,
         ranges: list[tuple[int, int, int]] | None = None,
         window: tuple[str, str] | None = None,
+        remote: tuple[str, int, int, int] | None = None,
     ) -> None:
-        super().__init__((ranges, window))
+        super().__init__((ranges, window, remote))
         self.ranges = ranges or []
         self.window = window
+        self.remote = remote
+        """``(object URL, ledger, lo, hi)``: an offloaded ledger read from the store."""
 
 
 def _check_read_schema(schema: StructType | None) -> None:
@@ -196,7 +210,7 @@ class _Planner:
                 view.max_read_position if opts.isolation == READ_COMMITTED else view.last_confirmed
             )
             return view.first, limit
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.limits(opts.isolation)
 
     def partitions(self, window: Window) -> list[TxnStreamPartition]:
@@ -204,24 +218,40 @@ class _Planner:
         if window.empty:
             return []
         if opts.url is not None:
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 first, _ = client.limits(opts.isolation)
-                average = client.entries_per_ledger()
+                listing = client.ledgers()
+                average = client.entries_per_ledger() if listing is None else None
             if first is not None and window.start < first:  # retention trimmed the head
                 window = Window(min(first, window.end), window.end)
-            windows = split_ledgers(window, opts.max_entries_per_partition, average)
-            return [TxnStreamPartition(window=(str(w.start), str(w.end))) for w in windows]
+            if listing is None:  # a server without the ledger listing
+                windows = split_ledgers(window, opts.max_entries_per_partition, average)
+                return [TxnStreamPartition(window=(str(w.start), str(w.end))) for w in windows]
+            out = []
+            for part in split_listing(
+                window, listing, opts.max_entries_per_partition, opts.object_url
+            ):
+                if isinstance(part, RemotePart):
+                    out.append(
+                        TxnStreamPartition(remote=(part.url, part.ledger_id, part.lo, part.hi))
+                    )
+                else:
+                    out.append(TxnStreamPartition(window=(str(part.start), str(part.end))))
+            return out
         assert opts.path is not None
         with committed_reader(opts.path) as reader:
-            sizes = reader.ledger_sizes(reader.topic_id(opts.topic))
-        ranges = split_window(sizes, window, opts.max_entries_per_partition)
+            tid = reader.topic_id(opts.topic)
+            sizes = reader.ledger_sizes(tid)
+            remote = {r.ledger_id for r in reader.offloaded(tid)}
+        ranges = split_window(sizes, window, opts.max_entries_per_partition, remote)
         groups: list[list[tuple[int, int, int]]] = []
         total = 0
         for r in ranges:
             size = r.hi - r.lo
-            if not groups or total + size > opts.max_entries_per_partition:
+            alone = r.ledger_id in remote  # an offloaded ledger: one partition, one object
+            if not groups or alone or total + size > opts.max_entries_per_partition:
                 groups.append([])
-                total = 0
+                total = 0 if not alone else opts.max_entries_per_partition
             groups[-1].append((r.ledger_id, r.lo, r.hi))
             total += size
         return [TxnStreamPartition(ranges=group) for group in groups]
@@ -230,16 +260,22 @@ class _Planner:
         opts = self.options
         if not isinstance(partition, TxnStreamPartition):
             return  # Spark's placeholder partition of an empty read
+        if partition.remote is not None:
+            url, _ledger, lo, hi = partition.remote
+            yield from read_offloaded(url, lo, hi, opts.isolation)
+            return
         if partition.window is not None:
             start, end = (Position.parse(p) for p in partition.window)
-            with HttpClient(opts) as client:
+            with ServerClient(opts) as client:
                 yield from read_window(client, Window(start, end), opts.isolation, opts.fetch_size)
             return
         assert opts.path is not None
         with committed_reader(opts.path) as reader:
             tid = reader.topic_id(opts.topic)
             for ledger_id, lo, hi in partition.ranges:
-                yield from read_range(reader, tid, LedgerRange(ledger_id, lo, hi), opts.isolation)
+                yield from read_range(
+                    reader, tid, LedgerRange(ledger_id, lo, hi), opts.isolation, opts.object_url
+                )
 
 
 class TxnStreamReader(DataSourceReader):
@@ -318,7 +354,7 @@ class TxnStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             with committed_reader(opts.path) as reader:
                 nth = reader.nth_position(reader.topic_id(opts.topic), start, count)
             return nth if nth is not None else Position(2**62, 0)
-        with HttpClient(opts) as client:
+        with ServerClient(opts) as client:
             return client.position_after(start, count, opts.isolation)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:

@@ -23,9 +23,9 @@ from pyspark.sql.types import BinaryType, DataType, MapType, NullType, StringTyp
 from api import TxnStreamSourceError
 
 from ._common import SourceOptions
-from ._http_client import HttpClient
 from ._path import committed_reader
 from ._sink import abort_job, checkpoint_query_id, commit_job, write_rows
+from ._url import ServerClient
 
 
 def _is_type(data_type: DataType, *types: type[DataType]) -> bool:
@@ -83,7 +83,7 @@ def _check_target(options: SourceOptions) -> None:
         with committed_reader(options.path) as reader:
             reader.topic_id(options.topic)
     else:
-        with HttpClient(options) as client:
+        with ServerClient(options) as client:
             client.check_topic()
 
 

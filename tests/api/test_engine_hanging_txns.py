@@ -65,8 +65,8 @@ async def test_older_than_filter_and_the_blocking_transaction(engine: Engine) ->
     stats = await engine.stats("t")
     assert stats["blocking_txn"]["txn"] == old.id
     info = await old.info()
-    assert stats["blocking_txn"]["since"] == info.created_at.isoformat()
-    assert stats["blocking_txn"]["deadline"] == info.deadline.isoformat()
+    assert stats["blocking_txn"]["since"] == _z(info.created_at)
+    assert stats["blocking_txn"]["deadline"] == _z(info.deadline)
     listed = await engine.transactions(state="open", older_than_ms=0)
     assert [t.txn for t in listed] == [old.id, first.id]
     assert await engine.transactions(state="open", older_than_ms=3_600_000) == []
@@ -79,3 +79,7 @@ async def test_older_than_filter_and_the_blocking_transaction(engine: Engine) ->
 async def _open_on(engine: Engine, count: int) -> bool:
     await engine.store.flush()
     return (await engine.stats("t"))["open_txns"] == count
+
+
+def _z(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

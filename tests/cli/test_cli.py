@@ -1,42 +1,9 @@
-"""The ``txnstream`` command end to end: subprocesses against a live server."""
+"""The ``txnstream`` command end to end against a live server (run in this process)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
-
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def cli(server_url: str) -> Any:
-    """Run ``python -m api ARGS`` with TXNSTREAM_URL pointing at the live server."""
-
-    def run(
-        *args: str, stdin: str | None = None, ok: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "TXNSTREAM_URL": server_url, "PYTHONPATH": str(REPO)}
-        proc = subprocess.run(
-            [sys.executable, "-m", "api", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            timeout=60,
-            check=False,
-        )
-        if ok:
-            assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    return run
 
 
 def test_topics_commands(cli: Any, name: str) -> None:

@@ -47,13 +47,18 @@ def submit(store: Store, batch: WriteBatch) -> asyncio.Future[None]:
 
 
 class Flushes:
-    """Records ``on_flush`` calls (entries per flush) and ``on_failure`` calls."""
+    """Records ``on_flush`` calls (entries and seconds per flush) and ``on_failure`` calls."""
 
     def __init__(self, store: Store) -> None:
         self.entries: list[int] = []
+        self.seconds: list[float] = []
         self.failures: list[BaseException] = []
-        store.on_flush = self.entries.append
+        store.on_flush = self._flushed
         store.on_failure = self.failures.append
+
+    def _flushed(self, entries: int, seconds: float) -> None:
+        self.entries.append(entries)
+        self.seconds.append(seconds)
 
 
 @pytest.fixture
@@ -105,6 +110,8 @@ async def test_batches_queued_between_flushes_share_one_flush(store: Store, path
     await asyncio.gather(*second)
     assert flushes.entries == [5, 6]
     assert on_disk(path) == list(range(8))
+    assert len(flushes.seconds) == 2
+    assert all(0 < seconds < 5 for seconds in flushes.seconds)  # each flush is timed
 
 
 async def test_pipelined_batches_ride_with_the_next_waited_batch(store: Store, path: Path) -> None:
@@ -118,7 +125,7 @@ async def test_pipelined_batches_ride_with_the_next_waited_batch(store: Store, p
 
 async def test_pipelined_batches_alone_go_after_the_linger(store: Store, path: Path) -> None:
     flushed_at: list[float] = []
-    store.on_flush = lambda entries: flushed_at.append(time.monotonic())
+    store.on_flush = lambda entries, seconds: flushed_at.append(time.monotonic())
     submitted = time.monotonic()
     store.submit(insert(0, entries=1), wait=False)
     store.submit(insert(1, entries=1), wait=False)

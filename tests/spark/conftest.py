@@ -68,7 +68,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     state: dict[str, Any] = {}
 
     async def serve() -> None:
-        config = EngineConfig(durability="normal", ledger_max_entries=LEDGER_ENTRIES)
+        config = EngineConfig(
+            durability="normal",
+            ledger_max_entries=LEDGER_ENTRIES,
+            offload_url=(data.parent / "objects").as_uri(),
+        )
         async with Engine.open(data, config) as engine:
             app = create_app(engine)
             uv = uvicorn.Server(

@@ -19,9 +19,9 @@ from support import HISTORY_OPS, HistoryModel, play_history
 from api import Engine, EngineConfig, Position, TxnStreamSourceError
 from api.spark import _path, _url
 from api.spark._common import ARROW_SCHEMA, SourceOptions, Window, after, make_batch
-from api.spark._http_client import HttpClient
 from api.spark._sink import batch_messages, checkpoint_query_id, chunks
 from api.spark._source import SCHEMA
+from api.spark._url import ServerClient
 
 
 def path_view(path: Path, topic: str, isolation: str = "read_committed") -> list[Any]:
@@ -281,7 +281,7 @@ def test_http_window_read_matches_engine(server: LiveServer) -> None:
     topic = server.new_topic()
     open_txn = server.run(populate_mixed(server.engine, topic))
     options = SourceOptions.parse({"url": server.url, "topic": topic, "fetchsize": "7"})
-    with HttpClient(options) as client:
+    with ServerClient(options) as client:
         first, limit = client.limits("read_committed")
         assert first == Position(0, 0) or first is not None
         assert limit is not None

@@ -162,3 +162,46 @@ def test_random_histories(tmp_path_factory: pytest.TempPathFactory, ops: list[An
 
     config = EngineConfig(durability="normal", ledger_max_entries=3)
     asyncio.run(play_history(path, config, ops, check))
+
+
+async def test_reader_sees_offloaded_ledgers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    config = EngineConfig(
+        durability="normal",
+        ledger_max_entries=4,
+        min_free_bytes=0,
+        offload_url=(tmp_path / "objects").as_uri(),
+    )
+    async with Engine.open(data, config) as engine:
+        await engine.create_topic("t")
+        await engine.send_many("t", [b"%d" % i for i in range(6)])
+        aborted = await engine.begin()
+        await aborted.send("t", b"gone")
+        await aborted.abort()
+        await engine.send_many("t", [b"%d" % i for i in range(6, 10)])
+        assert await engine.offload("t") == [0, 1]  # everything but ledger 2 (open, full)
+        stats = await engine.stats("t")
+    with CommittedReader(data) as reader:
+        view = reader.view("t")
+        assert view.first == Position(0, 0)
+        assert str(view.last_confirmed) == stats["last_confirmed"]
+        assert str(view.max_read_position) == stats["stable_position"]
+        remote = reader.offloaded(view.topic_id)
+        assert [r.ledger_id for r in remote] == [0, 1]
+        assert reader.ledger_sizes(view.topic_id)[:2] == [(0, 4), (1, 4)]
+        assert reader.nth_position(view.topic_id, Position(0, 2), 3) == Position(1, 1)
+        assert reader.nth_position(view.topic_id, Position(0, 0), 9) == Position(2, 1)
+        values = [
+            v
+            for r in remote
+            for b in CommittedReader.read_offloaded(r.url, 0, r.entries, committed=True)
+            for v in b.column("value").to_pylist()
+        ]
+        assert values == [b"%d" % i for i in range(6)]  # the aborted one and markers out
+        with_aborted = [
+            v
+            for r in remote
+            for b in CommittedReader.read_offloaded(r.url, 0, r.entries, committed=False)
+            for v in b.column("value").to_pylist()
+        ]
+        assert b"gone" in with_aborted

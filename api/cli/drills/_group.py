@@ -11,6 +11,7 @@ from ._snapshot import snapshot_command
 drill_app = typer.Typer(
     help="Recovery drills: snapshot vs full replay, crash under load, snapshot now.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 drill_app.command("replay")(replay_command)
 drill_app.command("snapshot")(snapshot_command)

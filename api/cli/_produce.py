@@ -1,0 +1,259 @@
+"""``txnstream produce``: values from arguments, lines of stdin or a file, or raw bytes.
+
+Lines are sent as they come: a request goes out when ``--batch-size`` lines are waiting
+or when the input has nothing more ready (so an interactive ``produce`` sends each line
+at once, and a pipe of a million lines goes in large atomic batches).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO
+
+import typer
+
+from api.client import wire_message
+
+from ._common import (
+    DEFAULT_URL,
+    FormatOption,
+    JsonOption,
+    TokenOption,
+    TopicArg,
+    UrlOption,
+    connect,
+    note,
+    print_json,
+    usage,
+)
+from ._format import Printer
+
+_IDLE = None  # what _lines yields when the input has nothing more ready right now
+
+
+def _parse_value(text: str, raw: bool) -> Any:
+    """JSON if ``text`` parses as JSON (NaN and Infinity excluded) unless ``raw``; else
+    the string itself."""
+    if raw:
+        return text
+
+    def reject(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(text, parse_constant=reject)
+    except ValueError:
+        return text
+
+
+def _ready(fd: int) -> bool:
+    """Whether reading ``fd`` would not block (regular files always are)."""
+    try:
+        readable, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError):  # not selectable: behave as a file
+        return True
+    return bool(readable)
+
+
+def _lines(stream: BinaryIO) -> Iterator[bytes | None]:
+    """The non-empty lines of ``stream`` (without line ends), and ``None`` whenever what
+    was read so far is all there is for now."""
+    fd = stream.fileno()
+    pending = b""
+    while True:
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if line:
+                yield line
+        if not _ready(fd):
+            yield _IDLE
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+    pending = pending.rstrip(b"\r")
+    if pending:
+        yield pending
+
+
+def _decode(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        usage("the input is not UTF-8 text; use --binary to send raw bytes")
+
+
+def _check_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        usage(f"{text!r} is not valid UTF-8 text")
+    return text
+
+
+def _properties(items: list[str]) -> dict[str, str]:
+    properties: dict[str, str] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            usage(f"--property wants NAME=VALUE, got {item!r}")
+        properties[_check_text(name)] = _check_text(text)
+    return properties
+
+
+def _open_input(file: Path | None) -> BinaryIO:
+    if file is None or str(file) == "-":
+        return sys.stdin.buffer
+    try:
+        return file.open("rb")
+    except OSError as exc:
+        usage(f"cannot read {file}: {exc.strerror or exc}")
+
+
+def produce(
+    topic: TopicArg,
+    values: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="VALUES",
+            help="Values (JSON if they parse, else strings); default: lines of stdin or --file.",
+        ),
+    ] = None,
+    txn: Annotated[
+        str | None, typer.Option(metavar="TXN", help="Send inside this transaction.")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", "-k", metavar="KEY", help="Key of every message.")
+    ] = None,
+    key_separator: Annotated[
+        str | None,
+        typer.Option(
+            "--key-separator",
+            "-K",
+            metavar="SEP",
+            help="Each line is KEY SEP VALUE (split at the first SEP; a line without SEP "
+            "has no key).",
+        ),
+    ] = None,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option("--property", "-p", metavar="NAME=VALUE", help="A property (repeatable)."),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", metavar="FILE", help="Read the lines (or with --binary, the bytes) from FILE."
+        ),
+    ] = None,
+    binary: Annotated[
+        bool,
+        typer.Option("--binary", help="Send the whole input (stdin or --file) as one raw value."),
+    ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Send values as text: do not parse them as JSON.")
+    ] = False,
+    producer: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Idempotent producer name (with --sequence).")
+    ] = None,
+    sequence: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            metavar="N",
+            help="Sequence number of the first message (with --producer); counts up.",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(min=1, max=10_000, metavar="N", help="At most this many lines per request."),
+    ] = 100,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+    fmt: FormatOption = None,
+) -> None:
+    """Produce VALUES, the lines of stdin (or --file), or raw bytes to TOPIC.
+
+    Prints each message's position (or --format per message, --json once at the end).
+    Every request is appended atomically; with --producer/--sequence a repeated batch is
+    stored once.
+    """
+    if (producer is None) != (sequence is None):
+        usage("--producer and --sequence go together")
+    if key is not None and key_separator is not None:
+        usage("--key and -K/--key-separator exclude each other")
+    if key_separator == "":
+        usage("-K/--key-separator must not be empty")
+    if values and (file is not None or binary):
+        usage("give VALUES, or --file/--binary, not both")
+    if binary and key_separator is not None:
+        usage("--binary sends one raw value: -K does not apply")
+    printer = Printer.of(topic, as_json, fmt)
+    properties = _properties(prop or [])
+    if key is not None:
+        _check_text(key)
+
+    def message(value: Any, message_key: str | None) -> dict[str, Any]:
+        return wire_message(value, key=message_key, properties=properties)
+
+    batches: Iterable[list[dict[str, Any]]]
+    if values:
+        texts = [_check_text(v) for v in values]
+        batches = [[message(_parse_value(t, raw), key) for t in texts]]
+    elif binary:
+        with _open_input(file) as stream:
+            batches = [[message(stream.read(), key)]]
+    else:
+        batches = _line_batches(_open_input(file), batch_size, key, key_separator, raw, message)
+
+    positions: list[str] = []
+    duplicate = False
+    with connect(url, token) as client:
+        for batch in batches:
+            data = client.produce(topic, batch, txn=txn, producer=producer, sequence=sequence)
+            if sequence is not None:
+                sequence += len(batch)
+            positions.extend(data["positions"])
+            if data.get("duplicate"):
+                duplicate = True
+                note(f"duplicate: the server already had this batch of {len(batch)} (not stored)")
+            if as_json:
+                continue
+            for item, position in zip(batch, data["positions"], strict=False):
+                if fmt is None:
+                    typer.echo(position)
+                else:
+                    printer.show({"position": position, "txn": txn, **item})
+    if as_json:
+        print_json({"positions": positions, "duplicate": duplicate})
+
+
+def _line_batches(
+    stream: BinaryIO,
+    size: int,
+    key: str | None,
+    separator: str | None,
+    raw: bool,
+    message: Callable[[Any, str | None], dict[str, Any]],
+) -> Iterator[list[dict[str, Any]]]:
+    """Batches of messages from the lines of ``stream``, cut at ``size`` or when idle."""
+    batch: list[dict[str, Any]] = []
+    with stream:
+        for line in _lines(stream):
+            if line is not _IDLE:
+                text = _decode(line)
+                line_key = key
+                if separator is not None and separator in text:
+                    line_key, text = text.split(separator, 1)
+                batch.append(message(_parse_value(text, raw), line_key))
+            if batch and (line is _IDLE or len(batch) >= size):
+                yield batch
+                batch = []
+    if batch:
+        yield batch

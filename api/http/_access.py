@@ -1,0 +1,210 @@
+"""Who may talk to the server at all: the Host and Origin rules, and refusals' log and count.
+
+:class:`GuardMiddleware` (pure ASGI, the outermost layer) answers before anything else:
+
+* bound to a loopback address, a request whose ``Host`` names anything but the bound
+  address, ``localhost`` or an ``--allowed-host`` name is 400 ``invalid_request``: a
+  page from another site that re-points its own name at 127.0.0.1 (DNS rebinding)
+  still sends its own name as ``Host``;
+* a request with an ``Origin`` header that is neither the server's own origin (the
+  scheme, host and port the request was sent to, so ``/docs`` keeps working) nor an
+  allowed ``--cors-origin`` is 403 ``forbidden``: browsers always send ``Origin`` on a
+  cross-site request and cannot forge it, while curl and programs send none.
+
+Every 401/403 (and Host refusal) is logged with the principal or ``anonymous``, the
+method and the path, never the token, and counted in ``/metrics`` as
+``txnstream_http_refused_requests_total{status, reason}`` (:class:`Refusals`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from ._edge import ASGIApp, Receive, Scope, Send
+from ._json import error_body
+
+if TYPE_CHECKING:
+    from ._auth import Authenticator
+
+log = logging.getLogger("txnstream.auth")
+
+PRINCIPAL_KEY = "txnstream.principal"
+"""The scope key of the authenticated caller's :class:`~api.http._auth.Identity`."""
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``)."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of an origin, defaults filled in; None if malformed."""
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host or scheme not in _DEFAULT_PORTS:
+        return None
+    return scheme, host, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def parse_origin(text: str) -> tuple[str, str, int] | None:
+    """An ``Origin`` header (``scheme://host[:port]``) as a comparable triple."""
+    scheme, sep, rest = text.strip().partition("://")
+    if not sep or not rest or "/" in rest:
+        return None
+    return _origin(scheme.lower(), rest)
+
+
+@dataclass
+class AccessPolicy:
+    """How the app admits requests: tokens (``auth``), hosts, cross-site origins.
+
+    ``allowed_hosts`` None turns the Host rule off (a non-loopback bind, or an app made
+    without a bound address); ``cors_origins`` are the extra origins allowed to call.
+    """
+
+    auth: Authenticator | None = None
+    allowed_hosts: frozenset[str] | None = None
+    cors_origins: tuple[str, ...] = ()
+    refusals: Refusals = field(default_factory=lambda: Refusals())
+
+    @classmethod
+    def for_bind(
+        cls,
+        host: str,
+        *,
+        auth: Authenticator | None = None,
+        allowed_hosts: Iterable[str] = (),
+        cors_origins: Iterable[str] = (),
+    ) -> AccessPolicy:
+        """The policy of a server bound to ``host`` (the Host rule only for loopback)."""
+        hosts = None
+        if is_loopback(host):
+            hosts = {host.strip("[]").lower(), "localhost"}
+            if host.lower() == "localhost":
+                hosts |= {"127.0.0.1", "::1"}
+            hosts |= {h.strip().strip("[]").lower() for h in allowed_hosts if h.strip()}
+        return cls(
+            auth=auth,
+            allowed_hosts=None if hosts is None else frozenset(hosts),
+            cors_origins=tuple(o.strip().rstrip("/") for o in cors_origins if o.strip()),
+        )
+
+
+class Refusals:
+    """Logs and counts refused requests (401, 403 and the Host rule's 400)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.counter = Counter(
+            "txnstream_http_refused_requests",
+            "Requests refused by authentication, authorization, or the Host and Origin rules.",
+            ["status", "reason"],
+            registry=self.registry,
+        )
+
+    def record(
+        self, status: int, reason: str, principal: str | None, method: str, path: str
+    ) -> None:
+        """Log one refusal (never the token) and count it."""
+        self.counter.labels(str(status), reason).inc()
+        log.warning(
+            "refused %d %s: principal=%s method=%s path=%s",
+            status,
+            reason,
+            principal or "anonymous",
+            method,
+            path,
+        )
+
+    def render(self) -> bytes:
+        """The counter in Prometheus text, for ``/metrics``."""
+        return generate_latest(self.registry)
+
+
+_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden"}
+
+
+async def refuse(
+    send: Send,
+    scope: Scope,
+    refusals: Refusals,
+    status: int,
+    reason: str,
+    message: str,
+    principal: str | None,
+    challenge: bytes | None = None,
+) -> None:
+    """Record the refusal and answer it with a contract error body."""
+    refusals.record(status, reason, principal, scope["method"], scope["path"])
+    body = error_body(_CODES[status], message)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+    ]
+    if challenge is not None:
+        headers.append((b"www-authenticate", challenge))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GuardMiddleware:
+    """The Host and Origin rules (see the module docstring), before anything else."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self.app = app
+        self.policy = policy
+        self._cors = {o for o in map(parse_origin, policy.cors_origins) if o is not None}
+        self._any_origin = "*" in policy.cors_origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host_header = origin_header = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host_header = value.decode("latin-1")
+            elif name == b"origin":
+                origin_header = value.decode("latin-1")
+        scheme = str(scope.get("scheme", "http"))
+        own = _origin(scheme, host_header) if host_header else None
+        allowed = self.policy.allowed_hosts
+        if allowed is not None and (own is None or own[1].strip("[]").lower() not in allowed):
+            shown = (host_header or "")[:100]
+            text = f"Host {shown!r} is not a name of this server (see serve --allowed-host)"
+            await refuse(send, scope, self.policy.refusals, 400, "host", text, None)
+            return
+        if origin_header is not None and not self._origin_allowed(origin_header, own):
+            text = (
+                f"cross-origin request from {origin_header[:100]!r} refused"
+                " (allow an origin with serve --cors-origin)"
+            )
+            await refuse(send, scope, self.policy.refusals, 403, "origin", text, None)
+            return
+        await self.app(scope, receive, send)
+
+    def _origin_allowed(self, header: str, own: tuple[str, str, int] | None) -> bool:
+        if self._any_origin:
+            return True
+        origin = parse_origin(header)
+        if origin is None:  # "null" (sandboxed pages, file://) or garbage
+            return False
+        return origin == own or origin in self._cors

@@ -1,0 +1,540 @@
+"""Offloaded ledgers: one Parquet object per sealed, decided ledger in an object store.
+
+Tiered storage as Pulsar's ledger offloader and Kafka's KIP-405 do it, with KIP-1058's
+``txnIdxEmpty`` flag, in a format any engine can query:
+
+* **Layout.** ``<base>/<topic>/<ledger id, 20 digits>.parquet`` holds every entry of a
+  ledger, one row each, in entry order: the Spark source's columns (``position``,
+  ``ledger_id``, ``entry_id``, ``key``, ``value``, ``value_json``, ``properties``,
+  ``txn``, ``publish_time``) plus ``kind`` (``data``/``commit``/``abort``), ``aborted``
+  (data of an aborted transaction: known, since only decided ledgers are offloaded) and
+  ``payload``: the stored payload, set only on the rare rows whose value the other
+  columns cannot carry exactly (a map with integer keys, bytes inside a list, NaN), so
+  every entry reads back exactly as appended. ``WHERE kind = 'data' AND NOT aborted``
+  is the committed view. Row groups of about :data:`ROW_GROUP_BYTES` (zstd, statistics
+  on), so a range read fetches only the groups it needs.
+* **Sidecar.** ``<same>.aborted.parquet`` exists only when the ledger has aborted-index
+  rows (the transactions whose ABORT marker lies in it, as Kafka's per-segment
+  transaction index): ``has_aborts`` false is our ``txnIdxEmpty``, and readers never
+  fetch a sidecar for such a ledger.
+* **Upload, verify, switch.** :meth:`OffloadStore.write_ledger` serializes in memory,
+  uploads (a local store writes a temporary name and renames it, so a reader never
+  sees half an object; an S3 PUT is atomic), then reads the object back and checks
+  its size and SHA-256 before returning. Only then does the caller switch the ledger's
+  row and delete its local entries, in one SQLite transaction.
+* **Reading by URL** (``file://...`` or ``s3://bucket/key``): a reader needs no
+  configuration beyond the standard ``AWS_*`` environment (``AWS_ENDPOINT_URL``
+  included). Bounded LRU caches keep open objects with their footers, sidecars,
+  decoded row groups (by bytes) and per-ledger committed masks, so a sequential reader
+  fetches each row group once and a sidecar is never fetched twice. Counters (via the
+  ``on_*`` callbacks) count remote requests: one per sidecar read, one per data read
+  (all the row groups one request needs count once).
+
+Every method blocks (file or network I/O, CPU): async code calls them through
+``asyncio.to_thread``. They are thread-safe; one lock guards the caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import urllib.parse
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._entry import Entry
+from ._errors import InvalidArgumentError, LedgerError
+from ._parquet import (
+    _COMMITTED_KEY,
+    _ENTRY_COLUMNS,
+    _KINDS,
+    _SIDECAR_SUFFIX,
+    _SUFFIX,
+    SPARK_COLUMNS,
+    AbortedIndexRow,
+    MetaRow,
+    OffloadedObject,
+    RawRow,
+    _parquet_bytes,
+    _row_group_rows,
+    _sidecar_rows,
+    _sidecar_table,
+    entries_of,
+    ledger_table,
+)
+
+
+def normalize_url(url: str) -> str:
+    """The canonical form of an offload base: ``file:///abs/dir`` or ``s3://bucket/prefix``.
+
+    A plain path is a local directory. Raises :class:`InvalidArgumentError` otherwise.
+
+    >>> normalize_url("s3://bucket/some/prefix/")
+    's3://bucket/some/prefix'
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidArgumentError("offload_url must be a non-empty string")
+    text = url.strip()
+    if text.startswith("s3://"):
+        rest = text[5:].strip("/")
+        if not rest or rest.startswith("/"):
+            raise InvalidArgumentError(f"offload_url {url!r} names no bucket")
+        return "s3://" + rest
+    if "://" in text:
+        if not text.startswith("file://"):
+            raise InvalidArgumentError(
+                f"offload_url {url!r}: expected file:///dir, a plain directory path or"
+                " s3://bucket/prefix"
+            )
+        parsed = urllib.parse.urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidArgumentError(f"offload_url {url!r}: a file URL names no host")
+        text = urllib.parse.unquote(parsed.path)
+    path = Path(text).expanduser().resolve()
+    return "file://" + urllib.parse.quote(str(path).rstrip("/") or "/")
+
+
+def sidecar_url(url: str) -> str:
+    """The aborted-index object next to a ledger object."""
+    return url[: -len(_SUFFIX)] + _SIDECAR_SUFFIX if url.endswith(_SUFFIX) else url + ".aborted"
+
+
+_S3: Any = None
+_S3_LOCK = threading.Lock()
+
+
+def _s3_filesystem() -> Any:
+    """One S3 file system per process, from the standard ``AWS_*`` environment."""
+    global _S3
+    with _S3_LOCK:
+        if _S3 is None:
+            from pyarrow import fs  # type: ignore[import-untyped]
+
+            options: dict[str, Any] = {}
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if endpoint:
+                parsed = urllib.parse.urlparse(endpoint)
+                if parsed.scheme in ("http", "https") and parsed.netloc:
+                    options["scheme"] = parsed.scheme
+                    options["endpoint_override"] = parsed.netloc
+                else:
+                    options["endpoint_override"] = endpoint
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            if region:
+                options["region"] = region
+            _S3 = fs.S3FileSystem(**options)
+        return _S3
+
+
+def _locate(url: str) -> tuple[Any, str]:
+    """``(pyarrow file system, path inside it)`` of an object URL."""
+    from pyarrow import fs
+
+    if url.startswith("s3://"):
+        return _s3_filesystem(), url[5:]
+    if url.startswith("file://"):
+        return fs.LocalFileSystem(), urllib.parse.unquote(urllib.parse.urlparse(url).path)
+    raise LedgerError(f"not an offloaded object URL: {url!r}")
+
+
+# -- values ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Object:
+    """An open ledger object with its footer (cached)."""
+
+    file: Any
+    meta: Any
+    starts: list[int]
+    committed: int | None
+    names: frozenset[str]
+
+
+class OffloadStore:
+    """Access to offloaded ledger objects: write and verify, read (cached), delete.
+
+    ``base_url`` (see :func:`normalize_url`) is where new objects go; None makes a
+    read-only store (objects are read by their own URLs). ``on_index_fetch`` and
+    ``on_data_fetch`` are called once per remote sidecar read and per remote data
+    request. The counts are kept in :attr:`index_fetches` and :attr:`data_fetches` too.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        cache_objects: int = 256,
+        cache_sidecars: int = 4096,
+        cache_bytes: int = 64 << 20,
+    ) -> None:
+        self.base_url = None if base_url is None else normalize_url(base_url)
+        self.on_index_fetch: Callable[[], None] | None = None
+        self.on_data_fetch: Callable[[], None] | None = None
+        self.index_fetches = 0
+        self.data_fetches = 0
+        self._lock = threading.Lock()
+        self._objects: OrderedDict[str, _Object] = OrderedDict()
+        self._sidecars: OrderedDict[str, list[AbortedIndexRow]] = OrderedDict()
+        self._groups: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._masks: OrderedDict[str, Any] = OrderedDict()
+        self._group_bytes = 0
+        self._max_objects = cache_objects
+        self._max_sidecars = cache_sidecars
+        self._max_bytes = cache_bytes
+
+    # -- names ---------------------------------------------------------------------
+
+    def ledger_url(self, topic: str, ledger_id: int) -> str:
+        """``<base>/<topic>/<ledger id, 20 digits>.parquet``."""
+        return f"{self._base()}/{topic}/{ledger_id:020d}{_SUFFIX}"
+
+    def _base(self) -> str:
+        if self.base_url is None:
+            raise LedgerError("no offload URL is configured")
+        return self.base_url
+
+    @staticmethod
+    def ledger_id_of(url: str) -> int | None:
+        """The ledger id an object URL names (ledger object or sidecar), else None."""
+        name = url.rsplit("/", 1)[-1]
+        for suffix in (_SIDECAR_SUFFIX, _SUFFIX):
+            if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+                return int(name[: -len(suffix)])
+        return None
+
+    # -- writing -------------------------------------------------------------------
+
+    def write_ledger(
+        self,
+        topic: str,
+        ledger_id: int,
+        rows: Sequence[RawRow],
+        aborted: Collection[int],
+        index: Sequence[AbortedIndexRow],
+    ) -> OffloadedObject:
+        """Upload ledger ``ledger_id`` of ``topic`` (and its sidecar when ``index`` has
+        rows), then read both back to verify size and checksum. An object left at the
+        same name by an interrupted earlier attempt is replaced. Raises
+        :class:`~ledger.LedgerError` (or the store's ``OSError``) on failure."""
+        url = self.ledger_url(topic, ledger_id)
+        data = _parquet_bytes(ledger_table(ledger_id, rows, aborted), _row_group_rows(rows))
+        checksum = self._upload(url, data)
+        sidecar_size = None
+        if index:
+            sidecar = _parquet_bytes(_sidecar_table(index), max(1, len(index)))
+            self._upload(sidecar_url(url), sidecar)
+            sidecar_size = sidecar.size
+        return OffloadedObject(url, data.size, checksum, sidecar_size)
+
+    def _upload(self, url: str, data: Any) -> str:
+        fs, path = _locate(url)
+        self._forget(url)
+        digest = "sha256:" + hashlib.sha256(memoryview(data)).hexdigest()
+        if url.startswith("file://"):
+            parent = path.rsplit("/", 1)[0]
+            fs.create_dir(parent, recursive=True)
+            temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+            try:
+                with fs.open_output_stream(temporary) as out:
+                    out.write(data)
+                fs.move(temporary, path)
+            except BaseException:
+                if _exists(fs, temporary):
+                    fs.delete_file(temporary)
+                raise
+        else:
+            with fs.open_output_stream(path) as out:
+                out.write(data)
+        with fs.open_input_stream(path) as stream:
+            back = stream.readall()
+        if len(back) != data.size:
+            raise LedgerError(f"offload of {url}: wrote {data.size} bytes, read {len(back)} back")
+        if "sha256:" + hashlib.sha256(back).hexdigest() != digest:
+            raise LedgerError(f"offload of {url}: checksum mismatch after upload")
+        return digest
+
+    def delete_ledger(self, url: str) -> None:
+        """Delete a ledger object and its sidecar (missing ones are fine)."""
+        for target in (url, sidecar_url(url)):
+            self._forget(target)
+            fs, path = _locate(target)
+            try:
+                fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+
+    def list_topic(self, topic: str) -> list[str]:
+        """URLs of every object under ``<base>/<topic>/``."""
+        from pyarrow import fs as pafs
+
+        prefix = f"{self._base()}/{topic}"
+        fs, path = _locate(prefix)
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        scheme = prefix[: prefix.index("://") + 3]
+        out = []
+        for info in infos:
+            if info.type == pafs.FileType.File:
+                tail = info.path if scheme == "s3://" else urllib.parse.quote(info.path)
+                out.append(scheme + tail)
+        return sorted(out)
+
+    def delete_topic(self, topic: str) -> int:
+        """Delete every object under ``<base>/<topic>/``; returns how many."""
+        urls = self.list_topic(topic)
+        for url in urls:
+            self.delete_url(url)
+        return len(urls)
+
+    def delete_url(self, url: str) -> None:
+        """Delete one object (missing is fine)."""
+        self._forget(url)
+        fs, path = _locate(url)
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+    # -- reading -------------------------------------------------------------------
+
+    def read_entries(self, ledger_id: int, url: str, lo: int, hi: int) -> list[Entry]:
+        """Entries ``lo <= entry_id <= hi`` of an offloaded ledger, in order."""
+        table = self._rows(url, lo, hi)
+        return entries_of(ledger_id, table)
+
+    def read_positions(self, ledger_id: int, url: str, entry_ids: Sequence[int]) -> list[Entry]:
+        """The entries with exactly these ids (missing ones left out), in order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+        if not entry_ids:
+            return []
+        table = self._rows(url, min(entry_ids), max(entry_ids))
+        wanted = pc.is_in(table.column("entry_id"), value_set=pa.array(entry_ids, pa.int64()))
+        return entries_of(ledger_id, table.filter(wanted))
+
+    def read_meta(self, url: str, lo: int, hi: int) -> list[MetaRow]:
+        """``(entry_id, kind, txn sequence)`` of entries ``lo..hi`` (inclusive)."""
+        table = self._rows(url, lo, hi)
+        ids = table.column("entry_id").to_pylist()
+        kinds = table.column("kind").to_pylist()
+        txns = table.column("txn").to_pylist()
+        return [
+            (e, _KINDS[k], None if t is None else int(t[4:]))
+            for e, k, t in zip(ids, kinds, txns, strict=True)
+        ]
+
+    def count_committed(
+        self, url: str, lo: int, hi: int, entries: int, except_ids: Collection[int] = ()
+    ) -> int:
+        """Committed data entries (data, not aborted) with ``lo <= entry_id <= hi``,
+        leaving out ``except_ids``; ``entries`` is the ledger's size. A whole ledger with
+        nothing left out is answered from the footer."""
+        import pyarrow.compute as pc
+
+        obj = self._object(url)
+        if lo <= 0 and hi >= entries - 1 and not except_ids and obj.committed is not None:
+            return obj.committed
+        mask = self._mask(url, obj)
+        lo, hi = max(lo, 0), min(hi, len(mask) - 1)
+        if hi < lo:
+            return 0
+        total = int(pc.sum(mask.slice(lo, hi - lo + 1)).as_py() or 0)
+        for entry_id in except_ids:
+            if lo <= entry_id <= hi and mask[entry_id].as_py():
+                total -= 1
+        return total
+
+    def read_aborted(self, url: str) -> list[AbortedIndexRow]:
+        """The aborted index of an offloaded ledger (its sidecar; cached). Call it only
+        for a ledger whose ``has_aborts`` is set."""
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+        target = sidecar_url(url)
+        with self._lock:
+            cached = self._sidecars.get(target)
+            if cached is not None:
+                self._sidecars.move_to_end(target)
+                return cached
+        fs, path = _locate(target)
+        with fs.open_input_file(path) as file:
+            rows = _sidecar_rows(pq.read_table(file))
+        self._count_index()
+        with self._lock:
+            self._sidecars[target] = rows
+            while len(self._sidecars) > self._max_sidecars:
+                self._sidecars.popitem(last=False)
+        return rows
+
+    def read_batches(
+        self, url: str, lo: int, hi: int, *, committed: bool, rows: int = 8192
+    ) -> Iterator[Any]:
+        """Arrow record batches of the data entries ``lo <= entry_id <= hi`` with the
+        Spark source's columns; ``committed`` drops aborted data. For readers outside
+        the engine (Spark tasks): no cache of decoded row groups."""
+        import pyarrow.compute as pc
+
+        obj = self._object(url)
+        groups = _groups_for(obj.starts, obj.meta, lo, hi)
+        if not groups:
+            return
+        self._count_data()
+        for group in groups:
+            table = _read_groups(obj, [group], [*SPARK_COLUMNS, "kind", "aborted"])
+            ids = table.column("entry_id")
+            keep = pc.and_(
+                pc.equal(table.column("kind"), "data"),
+                pc.and_(pc.greater_equal(ids, lo), pc.less_equal(ids, hi)),
+            )
+            if committed:
+                keep = pc.and_(keep, pc.invert(table.column("aborted")))
+            chosen = table.filter(keep).select(list(SPARK_COLUMNS))
+            yield from chosen.to_batches(max_chunksize=rows)
+
+    # -- caches --------------------------------------------------------------------
+
+    def _object(self, url: str) -> _Object:
+        import pyarrow.parquet as pq
+
+        with self._lock:
+            obj = self._objects.get(url)
+            if obj is not None:
+                self._objects.move_to_end(url)
+                return obj
+        fs, path = _locate(url)
+        file = fs.open_input_file(path)
+        meta = pq.read_metadata(file)
+        starts, at = [], 0
+        for i in range(meta.num_row_groups):
+            starts.append(at)
+            at += meta.row_group(i).num_rows
+        extra = meta.metadata or {}
+        raw = extra.get(_COMMITTED_KEY)
+        names = frozenset(meta.schema.to_arrow_schema().names)
+        obj = _Object(file, meta, starts, None if raw is None else int(raw), names)
+        with self._lock:
+            self._objects[url] = obj
+            while len(self._objects) > self._max_objects:
+                # not closed here: another thread may still be reading it (GC closes it)
+                self._objects.popitem(last=False)
+        return obj
+
+    def _rows(self, url: str, lo: int, hi: int) -> Any:
+        """The rows ``lo..hi`` (inclusive) of a ledger object, through the row-group cache."""
+        import pyarrow as pa
+
+        with self._lock:
+            obj = self._objects.get(url)
+        fetched = obj is None
+        if obj is None:
+            obj = self._object(url)
+        groups = _groups_for(obj.starts, obj.meta, lo, hi)
+        tables: dict[int, Any] = {}
+        with self._lock:
+            for group in groups:
+                cached = self._groups.get((url, group))
+                if cached is not None:
+                    self._groups.move_to_end((url, group))
+                    tables[group] = cached
+        missing = [g for g in groups if g not in tables]
+        if missing:
+            table = _read_groups(obj, missing, list(_ENTRY_COLUMNS))
+            at = 0
+            with self._lock:
+                for group in missing:
+                    size = obj.meta.row_group(group).num_rows
+                    part = table.slice(at, size)
+                    at += size
+                    tables[group] = part
+                    self._groups[(url, group)] = part
+                    self._group_bytes += part.nbytes
+                while self._group_bytes > self._max_bytes and len(self._groups) > 1:
+                    _, old = self._groups.popitem(last=False)
+                    self._group_bytes -= old.nbytes
+        if fetched or missing:
+            self._count_data()
+        if not groups:
+            return _read_groups(obj, [], list(_ENTRY_COLUMNS))
+        table = pa.concat_tables([tables[g] for g in groups])
+        first = obj.starts[groups[0]]
+        last = obj.starts[groups[-1]] + obj.meta.row_group(groups[-1]).num_rows - 1
+        begin, end = max(lo, first), min(hi, last)
+        return table.slice(begin - first, end - begin + 1)
+
+    def _mask(self, url: str, obj: _Object) -> Any:
+        import pyarrow.compute as pc
+
+        with self._lock:
+            mask = self._masks.get(url)
+            if mask is not None:
+                self._masks.move_to_end(url)
+                return mask
+        table = _read_groups(obj, list(range(obj.meta.num_row_groups)), ["kind", "aborted"])
+        mask = pc.and_(
+            pc.equal(table.column("kind"), "data"), pc.invert(table.column("aborted"))
+        ).combine_chunks()
+        self._count_data()
+        with self._lock:
+            self._masks[url] = mask
+            while len(self._masks) > self._max_objects * 4:
+                self._masks.popitem(last=False)
+        return mask
+
+    def _forget(self, url: str) -> None:
+        with self._lock:
+            self._objects.pop(url, None)
+            self._sidecars.pop(url, None)
+            self._masks.pop(url, None)
+            for key in [k for k in self._groups if k[0] == url]:
+                self._group_bytes -= self._groups.pop(key).nbytes
+
+    def clear_cache(self) -> None:
+        """Drop every cached object, footer, sidecar and row group."""
+        with self._lock:
+            self._objects.clear()
+            self._sidecars.clear()
+            self._masks.clear()
+            self._groups.clear()
+            self._group_bytes = 0
+
+    def _count_index(self) -> None:
+        with self._lock:
+            self.index_fetches += 1
+        if self.on_index_fetch is not None:
+            self.on_index_fetch()
+
+    def _count_data(self) -> None:
+        with self._lock:
+            self.data_fetches += 1
+        if self.on_data_fetch is not None:
+            self.on_data_fetch()
+
+
+def _exists(fs: Any, path: str) -> bool:
+    from pyarrow import fs as pafs
+
+    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def _groups_for(starts: list[int], meta: Any, lo: int, hi: int) -> list[int]:
+    """Row groups holding entries ``lo..hi``: entry ids are dense from 0, in order."""
+    out = []
+    for i, start in enumerate(starts):
+        end = start + meta.row_group(i).num_rows - 1
+        if start > hi:
+            break
+        if end >= lo:
+            out.append(i)
+    return out
+
+
+def _read_groups(obj: _Object, groups: list[int], columns: list[str]) -> Any:
+    import pyarrow.parquet as pq
+
+    present = [c for c in columns if c in obj.names]
+    return pq.ParquetFile(obj.file, metadata=obj.meta).read_row_groups(groups, columns=present)

@@ -1,0 +1,691 @@
+"""Authentication, per-topic authorization and transaction ownership over HTTP (issue 11),
+against a real ``txnstream serve --auth FILE`` process.
+
+The principals (``support.write_auth_file``): ``ops`` is an admin; ``alice`` may do
+everything on ``a-*``, produce and consume on ``shared`` and consume on ``ro``; ``bob``
+may do everything on ``b-*`` and produce and consume on ``shared``. Every endpoint is
+called as {no token, a wrong token, bob (no permission: not his topic or transaction),
+alice (the owner), ops (admin)}.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from support import AUTH_TOKENS, ServeSubprocess, bearer, wait_for, write_auth_file
+
+CALLERS = ("none", "wrong", "other", "owner", "admin")
+HEADERS: dict[str, dict[str, str]] = {
+    "none": {},
+    "wrong": {"Authorization": "Bearer not-a-known-token"},
+    "other": bearer("bob"),
+    "owner": bearer("alice"),
+    "admin": bearer("ops"),
+}
+CORS_ORIGIN = "https://ui.example"
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSubprocess]:
+    root = tmp_path_factory.mktemp("auth-server")
+    auth_file = write_auth_file(root / "principals.json")
+    args = ("--auth", str(auth_file), "--allowed-host", "myname.test")
+    with ServeSubprocess(
+        root / "data", root / "server.log", *args, "--cors-origin", CORS_ORIGIN
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def http(auth_server: ServeSubprocess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=auth_server.url, timeout=30) as client:
+        yield client
+
+
+def _hex() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+# -- the permission matrix ----------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One endpoint: its request (templates filled from the setup) and the status each
+    caller gets (``none`` and ``wrong`` get 401 unless the route is open)."""
+
+    name: str
+    method: str
+    path: str
+    body: Any = None
+    other: int = 403
+    owner: int = 200
+    admin: int = 200
+    public: bool = False
+    setup: Callable[[httpx.Client], dict[str, str]] = field(default=lambda http: {})
+
+    def expected(self, caller: str) -> int:
+        if caller in ("none", "wrong"):
+            return 200 if self.public else 401
+        return {"other": self.other, "owner": self.owner, "admin": self.admin}[caller]
+
+
+def _topic(http: httpx.Client, messages: int = 1, sub: bool = False) -> dict[str, str]:
+    topic = f"a-{_hex()}"
+    assert http.put(f"/v1/topics/{topic}", headers=bearer("ops")).status_code == 201
+    fields = {"topic": topic, "new": f"a-{_hex()}", "newsub": f"s{_hex()}"}
+    if messages:
+        r = http.post(
+            f"/v1/topics/{topic}/messages",
+            json={"messages": [{"value": i} for i in range(messages)]},
+            headers=bearer("ops"),
+        )
+        fields["pos"] = r.json()["positions"][0]
+    if sub:
+        r = http.put(f"/v1/topics/{topic}/subscriptions/s", headers=bearer("ops"))
+        assert r.status_code == 201
+    return fields
+
+
+def _with_sub(http: httpx.Client) -> dict[str, str]:
+    return _topic(http, sub=True)
+
+
+def _alice_txn(http: httpx.Client) -> dict[str, str]:
+    txn = http.post("/v1/transactions", json={}, headers=bearer("alice")).json()["txn"]
+    return {"txn": txn}
+
+
+def _shared(http: httpx.Client) -> dict[str, str]:
+    """Alice's open transaction, a message on ``shared`` and a fresh subscription to it."""
+    http.put("/v1/topics/shared", headers=bearer("ops"))
+    sub = f"s{_hex()}"
+    assert http.put(f"/v1/topics/shared/subscriptions/{sub}", headers=bearer("ops")).is_success
+    r = http.post(
+        "/v1/topics/shared/messages", json={"messages": [{"value": 1}]}, headers=bearer("ops")
+    )
+    return {"sub": sub, "pos": r.json()["positions"][0], **_alice_txn(http)}
+
+
+SUB = "/v1/topics/{topic}/subscriptions/s"
+ROWS = [
+    Row("health", "GET", "/v1/health", public=True, other=200),
+    Row("metrics", "GET", "/metrics", owner=403),
+    Row("openapi", "GET", "/openapi.json", other=200),
+    Row("docs", "GET", "/docs", other=200),
+    Row("list topics", "GET", "/v1/topics", other=200),
+    Row("create topic", "PUT", "/v1/topics/{new}", other=403, owner=201, admin=201, setup=_topic),
+    Row("delete topic", "DELETE", "/v1/topics/{topic}", setup=_topic),
+    Row("stats", "GET", "/v1/topics/{topic}/stats", setup=_topic),
+    Row(
+        "produce", "POST", "/v1/topics/{topic}/messages", {"messages": [{"value": 2}]}, setup=_topic
+    ),
+    Row("fetch", "GET", "/v1/topics/{topic}/fetch", setup=_topic),
+    Row(
+        "create sub",
+        "PUT",
+        "/v1/topics/{topic}/subscriptions/{newsub}",
+        owner=201,
+        admin=201,
+        setup=_topic,
+    ),
+    Row("delete sub", "DELETE", SUB, setup=_with_sub),
+    Row("receive", "GET", SUB + "/messages", setup=_with_sub),
+    Row("ack", "POST", SUB + "/ack", {"positions": ["{pos}"]}, setup=_with_sub),
+    Row("nack", "POST", SUB + "/nack", {"positions": ["{pos}"]}, setup=_with_sub),
+    Row("seek", "POST", SUB + "/seek", {"position": "earliest"}, setup=_with_sub),
+    Row("begin", "POST", "/v1/transactions", {}, other=201, owner=201, admin=201),
+    Row("list txns", "GET", "/v1/transactions", other=200),
+    Row("get txn", "GET", "/v1/transactions/{txn}", setup=_alice_txn),
+    Row("commit", "POST", "/v1/transactions/{txn}/commit", setup=_alice_txn),
+    Row("abort", "POST", "/v1/transactions/{txn}/abort", setup=_alice_txn),
+    Row("finish", "POST", "/v1/transactions/finish", {"commit": ["{txn}"]}, setup=_alice_txn),
+    Row(
+        "send in txn",
+        "POST",
+        "/v1/topics/shared/messages",
+        {"messages": [{"value": "x"}], "txn": "{txn}"},
+        setup=_shared,
+    ),
+    Row(
+        "ack in txn",
+        "POST",
+        "/v1/topics/shared/subscriptions/{sub}/ack",
+        {"positions": ["{pos}"], "txn": "{txn}"},
+        setup=_shared,
+    ),
+]
+
+
+def _fill(template: Any, fields: dict[str, str]) -> Any:
+    if isinstance(template, str):
+        return template.format(**fields) if "{" in template else template
+    if isinstance(template, list):
+        return [_fill(item, fields) for item in template]
+    if isinstance(template, dict):
+        return {key: _fill(value, fields) for key, value in template.items()}
+    return template
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_every_endpoint_for_every_kind_of_caller(http: httpx.Client, row: Row) -> None:
+    for caller in CALLERS:
+        fields = row.setup(http)
+        kwargs: dict[str, Any] = {"headers": HEADERS[caller]}
+        if row.body is not None:
+            kwargs["json"] = _fill(row.body, fields)
+        response = http.request(row.method, _fill(row.path, fields), **kwargs)
+        expected = row.expected(caller)
+        assert response.status_code == expected, (caller, response.text)
+        if expected == 401:
+            assert response.json()["error"]["code"] == "unauthorized"
+            assert response.headers["www-authenticate"].startswith("Bearer")
+        elif expected == 403:
+            assert response.json()["error"]["code"] == "forbidden"
+
+
+def test_a_refused_request_changes_nothing(http: httpx.Client) -> None:
+    fields = _topic(http, messages=3, sub=True)
+    topic = fields["topic"]
+    stats = http.get(f"/v1/topics/{topic}/stats", headers=bearer("ops")).json()
+    for headers in (HEADERS["none"], HEADERS["wrong"], bearer("bob")):
+        http.post(
+            f"/v1/topics/{topic}/messages", json={"messages": [{"value": 0}]}, headers=headers
+        )
+        http.post(
+            f"{SUB.format(topic=topic)}/ack",
+            json={"positions": [fields["pos"]], "cumulative": True},
+            headers=headers,
+        )
+        http.delete(f"/v1/topics/{topic}", headers=headers)
+    assert http.get(f"/v1/topics/{topic}/stats", headers=bearer("ops")).json() == stats
+
+
+def test_grants_by_action_and_prefix(http: httpx.Client) -> None:
+    http.put("/v1/topics/ro", headers=bearer("ops"))
+    alice = bearer("alice")
+    assert (
+        http.post(
+            "/v1/topics/ro/messages", json={"messages": [{"value": 1}]}, headers=alice
+        ).status_code
+        == 403
+    )
+    assert http.get("/v1/topics/ro/fetch", headers=alice).status_code == 200
+    assert http.put("/v1/topics/ro/subscriptions/mine", headers=alice).status_code in (200, 201)
+    assert http.delete("/v1/topics/ro/subscriptions/mine", headers=alice).status_code == 403
+    assert http.delete("/v1/topics/ro", headers=alice).status_code == 403
+    assert http.put("/v1/topics/ab-not-a-prefix-match", headers=alice).status_code == 403
+    assert http.put(f"/v1/topics/b-{_hex()}", headers=alice).status_code == 403
+    assert http.put(f"/v1/topics/b-{_hex()}", headers=bearer("bob")).status_code == 201
+
+
+def test_the_topic_list_shows_what_the_caller_has_a_grant_on(http: httpx.Client) -> None:
+    mine, bobs = f"a-{_hex()}", f"b-{_hex()}"
+    for topic in (mine, bobs):
+        assert http.put(f"/v1/topics/{topic}", headers=bearer("ops")).status_code == 201
+    seen = {
+        name: set(http.get("/v1/topics", headers=bearer(name)).json()["topics"])
+        for name in ("alice", "bob", "ops")
+    }
+    assert {mine, bobs} & seen["alice"] == {mine}
+    assert {mine, bobs} & seen["bob"] == {bobs}
+    assert {mine, bobs} <= seen["ops"]
+
+
+# -- ownership across two principals ----------------------------------------------------
+
+
+def test_transactions_belong_to_their_principal(http: httpx.Client) -> None:
+    alice, bob = bearer("alice"), bearer("bob")
+    http.put("/v1/topics/shared", headers=bearer("ops"))
+    label = f"job-{_hex()}:"
+    txn = http.post("/v1/transactions", json={"label": label + "a"}, headers=alice).json()["txn"]
+    theirs = http.post("/v1/transactions", json={"label": label + "b"}, headers=bob).json()["txn"]
+    r = http.post(
+        "/v1/topics/shared/messages",
+        json={"messages": [{"value": "mine"}], "txn": txn},
+        headers=alice,
+    )
+    assert r.status_code == 200
+    injected = http.post(
+        "/v1/topics/shared/messages",
+        json={"messages": [{"value": "evil"}], "txn": txn},
+        headers=bob,
+    )
+    assert injected.status_code == 403
+    assert http.post(f"/v1/transactions/{txn}/commit", headers=bob).status_code == 403
+    body = http.get(f"/v1/transactions/{txn}", headers=alice).json()
+    assert (body["state"], body["topics"], body["owner"]) == ("open", ["shared"], "alice")
+
+    listed = {
+        t["txn"]
+        for t in http.get("/v1/transactions", params={"label_prefix": label}, headers=alice).json()[
+            "transactions"
+        ]
+    }
+    assert listed == {txn}
+    everyone = http.get(
+        "/v1/transactions", params={"label_prefix": label}, headers=bearer("ops")
+    ).json()
+    assert {t["txn"] for t in everyone["transactions"]} == {txn, theirs}
+    assert (
+        http.post(
+            "/v1/transactions/finish", json={"commit": [txn], "abort": [theirs]}, headers=alice
+        ).status_code
+        == 403
+    )
+    assert http.get(f"/v1/transactions/{theirs}", headers=bob).json()["state"] == "open"
+    assert http.post(f"/v1/transactions/{theirs}/abort", headers=bearer("ops")).status_code == 200
+    assert http.post(f"/v1/transactions/{txn}/commit", headers=alice).json()["state"] == "committed"
+
+
+def test_transactional_ids_finish_keys_and_producers_are_per_principal(http: httpx.Client) -> None:
+    alice, bob = bearer("alice"), bearer("bob")
+    http.put("/v1/topics/shared", headers=bearer("ops"))
+    tid, key, producer = f"w-{_hex()}", f"k-{_hex()}", f"p-{_hex()}"
+    a1 = http.post("/v1/transactions", json={"transactional_id": tid}, headers=alice).json()["txn"]
+    b1 = http.post("/v1/transactions", json={"transactional_id": tid}, headers=bob).json()["txn"]
+    assert http.get(f"/v1/transactions/{a1}", headers=alice).json()["fenced"] is False
+    a2 = http.post("/v1/transactions", json={"transactional_id": tid}, headers=alice).json()["txn"]
+    assert (
+        http.post(f"/v1/transactions/{a1}/commit", headers=alice).json()["error"]["code"]
+        == "fenced"
+    )
+    assert http.get(f"/v1/transactions/{b1}", headers=bob).json()["state"] == "open"
+
+    first = http.post(
+        "/v1/transactions/finish", json={"commit": [a2], "idempotence_key": key}, headers=alice
+    ).json()
+    other = http.post(
+        "/v1/transactions/finish", json={"commit": [b1], "idempotence_key": key}, headers=bob
+    ).json()
+    assert (first["duplicate"], other["duplicate"], other["committed"]) == (False, False, [b1])
+    again = http.post("/v1/transactions", json={}, headers=alice).json()["txn"]
+    replay = http.post(
+        "/v1/transactions/finish", json={"commit": [again], "idempotence_key": key}, headers=alice
+    ).json()
+    assert (replay["duplicate"], replay["aborted"]) == (True, [again])
+
+    def send(headers: dict[str, str]) -> dict[str, Any]:
+        body = {"messages": [{"value": 1}], "producer": producer, "sequence": 0}
+        return http.post("/v1/topics/shared/messages", json=body, headers=headers).json()
+
+    assert send(alice)["duplicate"] is False
+    assert send(bob)["duplicate"] is False
+    assert send(alice)["duplicate"] is True
+
+
+# -- the Host and Origin rules ----------------------------------------------------------
+
+
+def _get(url: str, path: str = "/v1/health", **headers: str) -> httpx.Response:
+    return httpx.get(f"{url}{path}", headers=headers, timeout=10)
+
+
+@pytest.mark.parametrize("with_auth", [True, False], ids=["auth", "no-auth"])
+def test_foreign_host_on_a_loopback_bind_is_refused(
+    auth_server: ServeSubprocess, server_url: str, with_auth: bool
+) -> None:
+    url = auth_server.url if with_auth else server_url
+    port = url.rsplit(":", 1)[1]
+    refused = _get(url, host=f"attacker.example:{port}")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_request"
+    assert _get(url, "/v1/topics", host=f"evil.test:{port}", **bearer("ops")).status_code == 400
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):
+        assert _get(url, host=host).status_code == 200
+    assert _get(url, host=f"myname.test:{port}").status_code == (200 if with_auth else 400)
+
+
+@pytest.mark.parametrize("with_auth", [True, False], ids=["auth", "no-auth"])
+def test_cross_site_requests_are_refused(
+    auth_server: ServeSubprocess, server_url: str, with_auth: bool
+) -> None:
+    url = auth_server.url if with_auth else server_url
+    port = url.rsplit(":", 1)[1]
+    token = bearer("ops") if with_auth else {}
+    for origin in ("http://attacker.example", f"http://attacker.example:{port}", "null"):
+        r = httpx.post(f"{url}/v1/transactions", headers={"Origin": origin, **token}, timeout=10)
+        assert r.status_code == 403, origin
+        assert r.json()["error"]["code"] == "forbidden"
+    own = {"Origin": f"http://127.0.0.1:{port}", **token}
+    assert httpx.get(f"{url}/v1/transactions", headers=own, timeout=10).status_code == 200
+    local = {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}", **token}
+    assert httpx.get(f"{url}/v1/topics", headers=local, timeout=10).status_code == 200
+
+
+def test_a_cors_origin_may_call_and_preflight(auth_server: ServeSubprocess) -> None:
+    url = auth_server.url
+    preflight = httpx.options(
+        f"{url}/v1/topics",
+        headers={
+            "Origin": CORS_ORIGIN,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        },
+        timeout=10,
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == CORS_ORIGIN
+    r = httpx.get(
+        f"{url}/v1/topics", headers={"Origin": CORS_ORIGIN, **bearer("alice")}, timeout=10
+    )
+    assert r.status_code == 200
+    assert r.headers["access-control-allow-origin"] == CORS_ORIGIN
+    assert (
+        httpx.get(f"{url}/v1/topics", headers={"Origin": CORS_ORIGIN}, timeout=10).status_code
+        == 401
+    )
+
+
+# -- logging and counting refusals ---------------------------------------------------------
+
+
+def test_refusals_are_logged_and_counted_never_the_token(
+    http: httpx.Client, auth_server: ServeSubprocess
+) -> None:
+    path = f"/v1/topics/b-{_hex()}"
+    http.put(path, headers=bearer("alice"))
+    http.get("/v1/topics", headers={"Authorization": "Bearer a-guessed-token"})
+    metrics = http.get("/metrics", headers=bearer("ops")).text
+    assert re.search(
+        r'txnstream_http_refused_requests_total\{reason="no_grant",status="403"\} [1-9]', metrics
+    )
+    assert re.search(
+        r'txnstream_http_refused_requests_total\{reason="unknown_token",status="401"\} [1-9]',
+        metrics,
+    )
+    log = wait_for(lambda: (text := auth_server.log()) and path in text and text, 10, "the log")
+    assert f"principal=alice method=PUT path={path}" in log
+    assert "principal=anonymous method=GET path=/v1/topics" in log
+    for secret in (*AUTH_TOKENS.values(), "a-guessed-token"):
+        assert secret not in log
+
+
+# -- binding, TLS, reload -------------------------------------------------------------------
+
+
+def _serve(tmp_path: Path, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    from support import free_port
+
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "api",
+            "serve",
+            "--data",
+            str(tmp_path / "d"),
+            "--port",
+            str(free_port()),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def test_a_non_loopback_bind_needs_auth_or_insecure(tmp_path: Path) -> None:
+    done = _serve(tmp_path, "--host", "0.0.0.0")
+    assert done.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
+    assert "--auth" in done.stderr
+    assert "--insecure" in done.stderr
+    assert not (tmp_path / "d").exists()  # refused before anything was opened
+
+
+def test_a_bad_auth_file_is_refused_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"principals": [{"name": "x", "token": "sha256:abc"}]}))
+    done = _serve(tmp_path, "--auth", str(bad))
+    assert done.returncode == 2
+    assert "64 hex digits" in done.stderr
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_with_a_token(tmp_path: Path) -> None:
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    auth_file = write_auth_file(tmp_path / "principals.json")
+    context = ssl.create_default_context(cafile=str(cert))
+    args = ("--auth", str(auth_file), "--tls-cert", str(cert), "--tls-key", str(key))
+    with ServeSubprocess(
+        tmp_path / "data", tmp_path / "log", *args, scheme="https", verify=context
+    ) as server:
+        assert server.url.startswith("https://")
+        with httpx.Client(base_url=server.url, verify=context, timeout=30) as client:
+            assert client.get("/v1/topics").status_code == 401
+            assert client.put("/v1/topics/a-tls", headers=bearer("alice")).status_code == 201
+            own = {"Origin": server.url, **bearer("alice")}
+            assert client.get("/v1/topics", headers=own).json()["topics"] == ["a-tls"]
+            plain = {"Origin": server.url.replace("https", "http"), **bearer("alice")}
+            assert client.get("/v1/topics", headers=plain).status_code == 403
+        with pytest.raises(httpx.TransportError):
+            httpx.get(server.url.replace("https", "http") + "/v1/health", timeout=5)
+
+
+def test_sighup_reloads_the_auth_file(tmp_path: Path) -> None:
+    auth_file = write_auth_file(tmp_path / "principals.json")
+    with ServeSubprocess(tmp_path / "data", tmp_path / "log", "--auth", str(auth_file)) as server:
+
+        def status(token: str) -> int:
+            headers = {"Authorization": f"Bearer {token}"}
+            return httpx.get(f"{server.url}/v1/topics", headers=headers, timeout=10).status_code
+
+        assert status(AUTH_TOKENS["alice"]) == 200
+        write_auth_file(auth_file, {"alice": "alice-rotated-token"})
+        server.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: status("alice-rotated-token") == 200, 15, "the reload")
+        assert status(AUTH_TOKENS["alice"]) == 401
+
+        auth_file.write_text("{not json")  # a broken file keeps the principals in effect
+        server.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "auth file not reloaded" in server.log(), 15, "the failed reload")
+        assert status("alice-rotated-token") == 200
+        assert server.proc.poll() is None
+
+
+# -- schemathesis with auth on --------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_schemathesis_finds_no_server_error_with_auth(auth_server: ServeSubprocess) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import status_code_conformance
+
+    url = auth_server.url
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers=bearer("ops"))
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 20
+    for operation in operations:
+        strategy = operation.as_strategy(generation_mode=schemathesis.GenerationMode.POSITIVE)
+
+        @given(case=strategy)
+        @settings(
+            max_examples=4,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def run(case: Any) -> None:
+            if isinstance(case.query, dict) and isinstance(case.query.get("wait_ms"), int):
+                case.query["wait_ms"] = 0
+            for caller in ("admin", "owner", "wrong"):
+                case.call_and_validate(
+                    base_url=url,
+                    headers=HEADERS[caller],
+                    checks=[not_a_server_error, status_code_conformance],
+                    timeout=30,
+                )
+
+        run()
+
+
+def test_authorization_comes_before_reading_a_large_body(http: httpx.Client) -> None:
+    body = b'{"messages": [{"value": "' + b"x" * (40 * 1024 * 1024) + b'"}]}'
+    headers = {"content-type": "application/json"}
+    refused = http.post("/v1/topics/a-big/messages", content=body, headers=headers)
+    assert refused.status_code == 401  # not 413: nothing of the body was looked at
+    too_large = http.post(
+        "/v1/topics/a-big/messages", content=body, headers={**headers, **bearer("alice")}
+    )
+    assert too_large.status_code == 413
+
+
+# -- the principals file --------------------------------------------------------------------
+
+BAD_FILES = [
+    ([], "expected an object"),
+    ({"principals": {}}, "expected an object"),
+    ({"principals": [], "extra": 1}, "unknown field"),
+    ({"principals": [{"name": "a b", "token": "t"}]}, "name must be"),
+    ({"principals": [{"name": "a", "token": ""}]}, "token must be"),
+    ({"principals": [{"name": "a", "token": "sha256:12"}]}, "64 hex digits"),
+    ({"principals": [{"name": "a", "token": "t", "admin": "yes"}]}, "admin must be"),
+    ({"principals": [{"name": "a", "token": "t", "admn": True}]}, "unknown field"),
+    ({"principals": [{"name": "a", "token": "t", "grants": [{"topic": "x"}]}]}, "actions must be"),
+    (
+        {
+            "principals": [
+                {"name": "a", "token": "t", "grants": [{"topic": "x", "actions": ["read"]}]}
+            ]
+        },
+        "unknown action 'read'",
+    ),
+    (
+        {
+            "principals": [
+                {"name": "a", "token": "t", "grants": [{"topic": "x*y", "actions": ["consume"]}]}
+            ]
+        },
+        "prefix ending in '*'",
+    ),
+    ({"principals": [{"name": "a", "token": "t"}, {"name": "a", "token": "u"}]}, "appears twice"),
+    ({"principals": [{"name": "a", "token": "t"}, {"name": "b", "token": "t"}]}, "same token"),
+]
+
+
+@pytest.mark.parametrize(("document", "problem"), BAD_FILES, ids=[p for _, p in BAD_FILES])
+def test_a_malformed_principals_file_is_named_precisely(document: Any, problem: str) -> None:
+    from api.http import AuthFileError
+    from api.http._auth import parse_principals
+
+    with pytest.raises(AuthFileError, match=re.escape(problem)):
+        parse_principals(document)
+
+
+def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
+    from api.http import Authenticator, token_digest
+    from api.http._auth import parse_principals
+
+    document = {
+        "principals": [
+            {"name": "ops", "token": "sha256:" + token_digest("s3cret").hex(), "admin": True},
+            {"name": "dev", "token": "plain", "grants": [{"topic": "*", "actions": ["consume"]}]},
+        ]
+    }
+    auth = Authenticator(parse_principals(document))
+    ops, dev = auth.identify("s3cret"), auth.identify("plain")
+    assert ops is not None
+    assert dev is not None
+    assert (ops.name, ops.admin, dev.name, dev.admin) == ("ops", True, "dev", False)
+    assert auth.identify("sha256:" + token_digest("s3cret").hex()) is None  # not the secret
+    assert auth.identify("Plain") is None
+    assert dev.may(["consume"], "anything")
+    assert not dev.may(["produce", "manage"], "anything")
+
+
+AUTHENTICATED_ROUTES = {
+    ("GET", "/v1/topics"),
+    ("POST", "/v1/batches"),  # the route checks produce on every topic of the body
+    ("POST", "/v1/transactions"),
+    ("GET", "/v1/transactions"),
+    ("POST", "/v1/transactions/finish"),
+    ("GET", "/v1/transactions/{txn}"),
+    ("POST", "/v1/transactions/{txn}/commit"),
+    ("POST", "/v1/transactions/{txn}/abort"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/docs/oauth2-redirect"),
+    ("GET", "/redoc"),
+}
+"""Routes any known token may call (their objects are checked by owner, or filtered)."""
+
+
+async def test_every_route_has_its_rule(engine: Any) -> None:
+    from api.http import create_app
+    from api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
+
+    app = create_app(engine)
+    for route in app.routes:
+        template = getattr(route, "path", "")
+        path = template.replace("{topic}", "t").replace("{sub}", "s").replace("{txn}", "txn-1")
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method == "HEAD":
+                continue
+            need, topic = need_of(method, path)
+            if template.startswith("/ui/") and need == OPEN:  # console shells: no data
+                assert "fragments" not in template, template
+            elif "{topic}" in template:  # a topic in the path: actions on it, or admin only
+                assert isinstance(need, tuple) or need == ADMIN, (method, template)
+                assert topic == "t" or need == ADMIN, (method, template)
+            elif need == AUTHENTICATED:
+                assert (method, template) in AUTHENTICATED_ROUTES, (method, template)
+            else:
+                assert need in (OPEN, ADMIN), (method, template)
