@@ -483,7 +483,7 @@ class Subscription:
             if ordered and budget[0] < 0:
                 # Read a little more than is missing (markers and aborted entries are
                 # skipped); what lies past the last delivered message stays unread.
-                ahead = int(remaining * self._skip_ratio) + 16
+                ahead = int(remaining * self._skip_ratio * 1.25) + 32  # an extra read costs more
                 rows = await ledger.read_rows(
                     self.read_position, limit, min(remaining + ahead, _MAX_ROWS)
                 )
@@ -568,7 +568,7 @@ class Subscription:
                     if r[2] or (r[3] is not None and r[3] in aborted)
                 ]
             )
-        self._skip_ratio = 0.8 * self._skip_ratio + 0.2 * (read - len(keep)) / max(len(keep), 1)
+        self._skip_ratio = 0.5 * self._skip_ratio + 0.5 * (read - len(keep)) / max(len(keep), 1)
         last = rows[-1]
         self.read_position = Position(last[0], last[1] + 1)
         if not keep:
