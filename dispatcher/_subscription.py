@@ -554,7 +554,6 @@ class Subscription:
             else _NOTHING
         )
         keep = [r for r in rows if not r[2] and (r[3] is None or r[3] not in aborted)]
-        read = len(rows)
         if len(keep) > remaining:
             keep = keep[:remaining]
             rows = rows[: rows.index(keep[-1]) + 1]  # nothing past the last delivered
@@ -568,7 +567,9 @@ class Subscription:
                     if r[2] or (r[3] is not None and r[3] in aborted)
                 ]
             )
-        self._skip_ratio = 0.5 * self._skip_ratio + 0.5 * (read - len(keep)) / max(len(keep), 1)
+        if keep:  # the share of skipped rows among those processed (not the read-ahead)
+            skipped_share = (len(rows) - len(keep)) / len(keep)
+            self._skip_ratio = 0.5 * self._skip_ratio + 0.5 * min(skipped_share, 4.0)
         last = rows[-1]
         self.read_position = Position(last[0], last[1] + 1)
         if not keep:
