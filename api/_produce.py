@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledger import (
+    FencedError,
     InvalidArgumentError,
     OutgoingMessage,
     Position,
@@ -148,21 +149,25 @@ class Producing(EngineCore):
         else:
             encoded = encode_message(value, key, properties, limit)
         store = self.store
-        if store.min_free_bytes:
-            store.check_space()
+        store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
         # Nothing below awaits: the position is assigned and queued in one step.
         topic_ = self._topics.get(topic) if self.state is EngineState.OPEN else None
         if topic_ is None:
             topic_ = self._topic(topic)  # raises the right error
-        record = self._check_txn(txn)
+        coordinator = self.coordinator
+        try:
+            record = coordinator.check_open(txn)
+        except FencedError:
+            self.metrics.fenced_requests.inc()
+            raise
         store.check_writable()
         batch = store.batch
         if topic not in record.topics or not record.persisted:
-            self.coordinator.register_topic(batch, record, topic)
-        position = topic_.prepare_one(batch, encoded, record.txn_id)
-        store.submit(batch, wait=False)
+            coordinator.register_topic(batch, record, topic)
+        position = topic_.prepare_one(batch, encoded, record.txn_id, coordinator.checked_at)
+        store.pipelined()
         self.metrics.count_in(topic, 1)
         return position
 

@@ -330,6 +330,14 @@ class Store:
 
     def check_space(self) -> None:
         """Raise :class:`InsufficientStorageError` while :attr:`space_low`."""
+        minimum = self.min_free_bytes
+        if not minimum:
+            return
+        if (  # the common case without a call: looked lately, far from the reserve
+            time.monotonic() - self._free_checked < _SPACE_CHECK_INTERVAL
+            and self._free_bytes - 2 * (self._written_since_check + self._open.bytes) >= 2 * minimum
+        ):
+            return
         if self.space_low:
             self._free_checked = -1.0  # the next request looks again
             raise InsufficientStorageError(
@@ -341,7 +349,22 @@ class Store:
     def check_writable(self) -> None:
         """Raise what :meth:`submit` would raise now (failed or closing store); call it
         before adding to :attr:`batch`."""
-        self._check_writable()
+        if self.failure is not None or self._closing:
+            self._check_writable()
+
+    def pipelined(self) -> None:
+        """``submit(self.batch, wait=False)`` after :meth:`check_writable` passed and
+        nothing awaited since: the open batch goes with the next flush, or after the
+        linger, or at once when it holds ``flush_entries``."""
+        if self._open.entries >= self._flush_entries:
+            self._urgent = True
+            if self._inflight is None and not self._kick_soon:
+                self._kick_soon = True
+                asyncio.get_running_loop().call_soon(self._kick)
+        elif self._linger_handle is None and not self._urgent:
+            self._linger_handle = asyncio.get_running_loop().call_later(
+                self._linger, self._lingered
+            )
 
     def _check_writable(self) -> None:
         if self.failure is not None:

@@ -211,6 +211,9 @@ class Coordinator:
         self._deadlines: list[tuple[int, int]] = []
         self._deadline_changed = asyncio.Event()
         self._finish_keys: set[str] = set()
+        self.checked_at = 0
+        """When :meth:`check_open` last looked at a clock (ms): a send stamps its
+        message with it rather than reading the clock again."""
         self._ended: deque[int] = deque()  # full ended records, oldest end first
         self._ended_in_memory = ended_in_memory
         self._outcomes: dict[int, int] = {}  # seq -> _outcome_code(), oldest first
@@ -478,7 +481,8 @@ class Coordinator:
             raise FencedError(f"transaction {record.txn_id} was fenced by a newer producer")
         if record.state is not TxnState.OPEN:
             raise TxnNotOpenError(_not_open(record))
-        if now_ms() >= record.deadline_ms:
+        now = self.checked_at = now_ms()
+        if now >= record.deadline_ms:
             self._deadline_changed.set()  # let the timeout task abort it now
             raise TxnNotOpenError(f"transaction {record.txn_id} timed out")
         return record

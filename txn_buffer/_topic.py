@@ -64,8 +64,8 @@ class Topic:
         """Markers applied to the buffer since open (drives the snapshot policy)."""
         # first/last prepared data position of each open transaction on this topic
         # (includes not-yet-durable sends, which the buffer cannot know yet).
-        self._txn_spans: dict[TxnId, list[Position]] = {
-            txn_id: [o.first, o.last] for txn_id, o in buffer.ongoing_txns.items()
+        self._txn_spans: dict[int, list[Position]] = {  # by transaction sequence number
+            txn_id.seq: [o.first, o.last] for txn_id, o in buffer.ongoing_txns.items()
         }
         self._changed = asyncio.Event()
         self._durable_batch: WriteBatch | None = None
@@ -137,9 +137,9 @@ class Topic:
             batch, payloads, None if txn_id is None else txn_id.seq
         )
         if txn_id is not None:
-            span = self._txn_spans.get(txn_id)
+            span = self._txn_spans.get(txn_id.seq)
             if span is None:
-                self._txn_spans[txn_id] = [positions[0], positions[-1]]
+                self._txn_spans[txn_id.seq] = [positions[0], positions[-1]]
             else:
                 span[1] = positions[-1]
         runs = self._durable_list(batch)
@@ -154,17 +154,18 @@ class Topic:
         batch: WriteBatch,
         message: tuple[str | None, bytes, dict[str, str]],
         txn_id: TxnId | None,
+        publish_ms: int | None = None,
     ) -> Position:
         """:meth:`prepare_data` for one message (a ``Transaction.send``)."""
         key, value, properties = message
-        payload = encode_payload(key, value, properties, now_ms())
+        payload = encode_payload(key, value, properties, publish_ms or now_ms())
         (position,) = self.ledger.prepare_data(
             batch, (payload,), None if txn_id is None else txn_id.seq
         )
         if txn_id is not None:
-            span = self._txn_spans.get(txn_id)
+            span = self._txn_spans.get(txn_id.seq)
             if span is None:
-                self._txn_spans[txn_id] = [position, position]
+                self._txn_spans[txn_id.seq] = [position, position]
             else:
                 span[1] = position
         if self._durable_batch is batch and self._durable_mark == batch.callback_count:
@@ -182,7 +183,7 @@ class Topic:
         """Add a COMMIT or ABORT marker (and the abort index row) to ``batch``."""
         payload = encode_payload(None, _MARKER_VALUE, {}, now_ms())
         (position,) = self.ledger.prepare_append(batch, [(kind, txn_id, payload)])
-        span = self._txn_spans.pop(txn_id, None)
+        span = self._txn_spans.pop(txn_id.seq, None)
         if kind is EntryKind.ABORT and span is not None:
             first, last = span
             Catalog.prepare_aborted(
@@ -200,7 +201,7 @@ class Topic:
 
     def has_prepared_data(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` sent data here that no marker has ended yet."""
-        return txn_id in self._txn_spans
+        return txn_id.seq in self._txn_spans
 
     # -- idempotent producers --------------------------------------------------------
 
