@@ -304,8 +304,10 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         """
         self._check_open()
         owner = owner_name(principal)
-        await self.store.wait_writable()
-        self._check_open()
+        store = self.store
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+            self._check_open()
         record = self.coordinator.begin(
             timeout=timeout, transactional_id=transactional_id, label=label, owner=owner
         )
