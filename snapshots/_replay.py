@@ -20,7 +20,7 @@ from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
 
 log = logging.getLogger("txnstream.snapshots")
 
-_REPLAY_CHUNK = 5_000  # entries per loop step: a step stays well under 50 ms
+_REPLAY_CHUNK = 2_500  # entries per loop step: a step stays well under 50 ms
 _DECODE_STEP = 0.02  # seconds of segment decoding per loop step
 
 
