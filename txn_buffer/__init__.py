@@ -5,9 +5,9 @@ Also :class:`CommittedReader`, the same committed view read from a data director
 
 from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
 from ._committed_reader import CommittedReader, CommittedView, DataRow, OffloadedLedger
-from ._coordinator import (
+from ._coordinator import Coordinator
+from ._records import (
     AckParticipant,
-    Coordinator,
     FinishResult,
     PendingAck,
     TxnInfo,
