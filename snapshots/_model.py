@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
-from txn_buffer import AbortedTxn, OpenTxn
+from txn_buffer import AbortedRow, OpenTxn
 
 FORMAT_VERSION = 1
 SEGMENT_SIZE = 1024
@@ -37,24 +37,18 @@ def _req(value: list[int] | None) -> Position:
     return Position(value[0], value[1])
 
 
-def encode_aborted(aborted: AbortedTxn) -> list[Any]:
+def encode_aborted(aborted: AbortedRow) -> list[Any]:
     """One aborted transaction as a compact list."""
     seq, fl, fe, ll, le, ml, me, sl, se = aborted
     return [seq, [fl, fe], [ll, le], [ml, me], None if sl is None else [sl, se]]
 
 
-def decode_aborted(item: list[Any]) -> AbortedTxn:
-    """Inverse of :func:`encode_aborted`."""
-    seq, first, last, marker, stable = item
-    return AbortedTxn(TxnId(seq), _req(first), _req(last), _req(marker), _unpos(stable))
-
-
-def decode_aborted_many(items: list[list[Any]]) -> list[AbortedTxn]:
-    """:func:`decode_aborted` for a whole segment, in one comprehension."""
-    of_ints = AbortedTxn.of_ints
+def decode_aborted_many(items: list[list[Any]]) -> list[AbortedRow]:
+    """Inverse of :func:`encode_aborted` for a whole segment, in one comprehension, as
+    the plain rows the buffer retains."""
     try:
         out = [
-            of_ints((seq, *first, *last, *marker, *(_NO_POSITION if stable is None else stable)))
+            (seq, *first, *last, *marker, *(_NO_POSITION if stable is None else stable))
             for seq, first, last, marker, stable in items
         ]
     except (TypeError, ValueError) as exc:
@@ -110,7 +104,7 @@ class TxnBufferSnapshot:
     max_read_position: Position | None
     ongoing: dict[TxnId, OpenTxn]
     segments: list[SegmentRef]
-    tail: list[AbortedTxn]
+    tail: list[AbortedRow]
 
     def encode(self) -> bytes:
         """Durable form, with version and checksum."""
@@ -149,7 +143,7 @@ class TxnBufferSnapshot:
                 _unpos(max_read),
                 open_txns,
                 refs,
-                [decode_aborted(item) for item in tail],
+                decode_aborted_many(tail),
             )
         except (TypeError, ValueError, IndexError) as exc:
             raise SnapshotError(f"malformed snapshot: {exc}") from exc

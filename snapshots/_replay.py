@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 
 from ledger import ManagedLedger, Position, SnapshotError
-from txn_buffer import AbortedTxn, TxnBuffer
+from txn_buffer import AbortedRow, TxnBuffer
 
 from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
 
@@ -65,7 +65,7 @@ async def load_snapshot(
     last_durable = _last_durable(ledger)
     if snapshot.position is not None and (last_durable is None or snapshot.position > last_durable):
         raise SnapshotError(f"snapshot {snapshot_id} is ahead of the log ({snapshot.position})")
-    aborted: list[AbortedTxn] = []
+    aborted: list[AbortedRow] = []
     if snapshot.segments:
         ids = ",".join(str(ref.segment_id) for ref in snapshot.segments)
         rows = await ledger.store.read(
@@ -94,7 +94,7 @@ async def load_snapshot(
     return snapshot, buffer
 
 
-def _load_segment(ref: SegmentRef, data: bytes | None) -> list[AbortedTxn]:
+def _load_segment(ref: SegmentRef, data: bytes | None) -> list[AbortedRow]:
     if data is None:
         raise SnapshotError(f"segment {ref.segment_id} is missing")
     if zlib.crc32(data) != ref.crc:

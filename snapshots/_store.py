@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ledger import ManagedLedger, Position, WriteBatch, now_ms
-from txn_buffer import AbortedTxn, Topic, TxnBuffer
+from txn_buffer import AbortedRow, Topic, TxnBuffer
 
 from ._model import (
     FORMAT_VERSION,
@@ -142,7 +142,7 @@ class _Sealed:
     max_last: Position
 
 
-def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[AbortedTxn]:
+def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[AbortedRow]:
     """The aborted transactions after the newest sealed one, in marker order."""
     aborted = buffer.aborted_by_marker
     if sealed_upto is None:
@@ -151,7 +151,7 @@ def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[Abort
     return iter(aborted.irange_key(min_key=key, inclusive=(False, True)))
 
 
-def _seal(unsealed: Iterator[AbortedTxn], deadline: float | None) -> list[_Sealed]:
+def _seal(unsealed: Iterator[AbortedRow], deadline: float | None) -> list[_Sealed]:
     """Whole segments from ``unsealed`` (until ``deadline``, a perf_counter time)."""
     out: list[_Sealed] = []
     while deadline is None or time.perf_counter() < deadline:
@@ -159,7 +159,9 @@ def _seal(unsealed: Iterator[AbortedTxn], deadline: float | None) -> list[_Seale
         if len(chunk) < SEGMENT_SIZE:
             break
         data = seal([encode_aborted(a) for a in chunk])
-        out.append(_Sealed(data, len(chunk), chunk[-1].marker, max(a.last for a in chunk)))
+        last = max((a[3], a[4]) for a in chunk)
+        marker = Position(chunk[-1][5], chunk[-1][6])
+        out.append(_Sealed(data, len(chunk), marker, Position(*last)))
     return out
 
 

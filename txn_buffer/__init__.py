@@ -3,7 +3,7 @@
 Also :class:`CommittedReader`, the same committed view read from a data directory's file.
 """
 
-from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
+from ._buffer import AbortedRow, AbortedTxn, OpenTxn, TxnBuffer
 from ._committed_reader import CommittedReader, CommittedView, DataRow, OffloadedLedger
 from ._coordinator import Coordinator
 from ._records import (
@@ -18,6 +18,7 @@ from ._state import TxnState
 from ._topic import ProducerState, Topic
 
 __all__ = [
+    "AbortedRow",
     "AbortedTxn",
     "AckParticipant",
     "CommittedReader",

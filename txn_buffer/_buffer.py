@@ -17,8 +17,9 @@ restored from a snapshot taken at ``p`` followed by replay of the entries after 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, KeysView, Mapping
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from sortedcontainers import SortedKeyList, SortedList
 
@@ -38,10 +39,12 @@ class OpenTxn:
 class AbortedTxn(tuple):  # type: ignore[type-arg]
     """An aborted transaction's data range on this topic (Kafka's AbortedTxn).
 
-    ``AbortedTxn(txn_id, first, last, marker, stable)``; read-only. Held as one tuple of
-    plain ints (sequence, then each position's ledger and entry), so a topic can retain
-    a million of them cheaply: no object per position, nothing for the garbage
-    collector to walk. The fields are made when read.
+    ``AbortedTxn(txn_id, first, last, marker, stable)``; read-only. One tuple of plain
+    ints (sequence, then each position's ledger and entry); the fields are made when
+    read. The buffer itself retains a *plain* tuple of the same ints (an :data:`AbortedRow`)
+    and wraps it on the way out: the collector untracks exact tuples of ints, never a
+    tuple subclass, and a million tracked objects make every full collection cost
+    ~200 ms of event loop.
     """
 
     __slots__ = ()
@@ -68,13 +71,6 @@ class AbortedTxn(tuple):  # type: ignore[type-arg]
                 None if stable is None else stable.entry_id,
             ),
         )
-
-    @classmethod
-    def of_ints(cls, values: tuple[int | None, ...]) -> AbortedTxn:
-        """From ``(seq, first ledger, first entry, last ..., marker ..., stable ...)``
-        (the stable pair may be ``None, None``), without making positions."""
-        aborted: AbortedTxn = _new_tuple(cls, values)
-        return aborted
 
     @property
     def txn_id(self) -> TxnId:
@@ -112,8 +108,17 @@ class AbortedTxn(tuple):  # type: ignore[type-arg]
 
 _new_tuple = tuple.__new__
 
+AbortedRow = tuple[int, int, int, int, int, int, int, int | None, int | None]
+"""How the buffer retains an aborted transaction: :class:`AbortedTxn`'s ints, as an
+exact tuple (which the garbage collector stops tracking)."""
 
-def _marker_key(aborted: AbortedTxn) -> tuple[int, int]:
+
+def _wrap(row: AbortedRow) -> AbortedTxn:
+    aborted: AbortedTxn = _new_tuple(AbortedTxn, row)
+    return aborted
+
+
+def _marker_key(aborted: AbortedRow) -> tuple[int | None, int | None]:
     return (aborted[5], aborted[6])
 
 
@@ -127,11 +132,11 @@ class _AbortedView(Mapping[TxnId, AbortedTxn]):
 
     __slots__ = ("_by_seq",)
 
-    def __init__(self, by_seq: dict[int, AbortedTxn]) -> None:
+    def __init__(self, by_seq: dict[int, AbortedRow]) -> None:
         self._by_seq = by_seq
 
     def __getitem__(self, txn_id: TxnId) -> AbortedTxn:
-        return self._by_seq[txn_id.seq]
+        return _wrap(self._by_seq[txn_id.seq])
 
     def __contains__(self, txn_id: object) -> bool:
         return isinstance(txn_id, TxnId) and txn_id.seq in self._by_seq
@@ -149,7 +154,7 @@ class TxnBuffer:
     def __init__(self) -> None:
         self._ongoing: dict[TxnId, OpenTxn] = {}
         self._ongoing_order: SortedList = SortedList()  # (first position, txn id)
-        self._aborted: dict[int, AbortedTxn] = {}  # by transaction sequence number
+        self._aborted: dict[int, AbortedRow] = {}  # by transaction sequence number
         self._aborted_by_marker: SortedKeyList = SortedKeyList(key=_marker_key)
         self.last_confirmed: Position | None = None
         self.max_read_position: Position | None = None
@@ -173,8 +178,14 @@ class TxnBuffer:
                 if open_txn is not None:
                     self._ongoing_order.remove((open_txn.first, txn_id))
                     if kind is EntryKind.ABORT:
-                        aborted = AbortedTxn(
-                            txn_id, open_txn.first, open_txn.last, position, self.max_read_position
+                        aborted = tuple(
+                            AbortedTxn(
+                                txn_id,
+                                open_txn.first,
+                                open_txn.last,
+                                position,
+                                self.max_read_position,
+                            )
                         )
                         self._aborted[txn_id.seq] = aborted
                         self._aborted_by_marker.add(aborted)
@@ -256,19 +267,20 @@ class TxnBuffer:
         """
         lo, hi = _key(start), _key(end)
         return [
-            aborted
+            _wrap(aborted)
             for aborted in self._aborted_by_marker.irange_key(min_key=lo)
             if (aborted[1], aborted[2]) <= hi and (aborted[3], aborted[4]) >= lo
         ]
 
     @property
     def aborted_by_marker(self) -> SortedKeyList:
-        """Retained aborted transactions ordered by ABORT marker (do not mutate)."""
+        """Retained aborted transactions ordered by ABORT marker, as :data:`AbortedRow`
+        tuples (do not mutate)."""
         return self._aborted_by_marker
 
     def iter_aborted(self) -> Iterator[AbortedTxn]:
         """Every retained aborted transaction, in marker order."""
-        return iter(self._aborted_by_marker)
+        return map(_wrap, self._aborted_by_marker)
 
     # -- maintenance ---------------------------------------------------------------
 
@@ -284,7 +296,7 @@ class TxnBuffer:
             self._aborted_by_marker.remove(aborted)
             del self._aborted[aborted[0]]
             if (aborted[3], aborted[4]) >= at:
-                clamped = AbortedTxn.of_ints((aborted[0], *at, *aborted[3:]))
+                clamped = (aborted[0], *at, *aborted[3:])
                 self._aborted[aborted[0]] = clamped
                 self._aborted_by_marker.add(clamped)
         return sum(1 for a in gone if (a[3], a[4]) < at)
@@ -295,9 +307,11 @@ class TxnBuffer:
         last_confirmed: Position | None,
         max_read_position: Position | None,
         ongoing: dict[TxnId, OpenTxn],
-        aborted: list[AbortedTxn],
+        aborted: Sequence[AbortedRow],
     ) -> None:
-        """Load state taken from a snapshot (replay continues after it)."""
+        """Load state taken from a snapshot (replay continues after it); ``aborted`` may
+        hold :class:`AbortedTxn` values or plain :data:`AbortedRow` tuples."""
+        aborted = [a if type(a) is tuple else cast(AbortedRow, tuple(a)) for a in aborted]
         self.last_confirmed = last_confirmed
         self.max_read_position = max_read_position
         self._ongoing = dict(ongoing)
@@ -321,5 +335,7 @@ class TxnBuffer:
         elif self.max_read_position is not None:
             assert self.last_confirmed is not None
             assert self.max_read_position <= self.last_confirmed
-        for aborted in self._aborted.values():
+        for row in self._aborted.values():
+            assert type(row) is tuple
+            aborted = _wrap(row)
             assert aborted.first <= aborted.last < aborted.marker
