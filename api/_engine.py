@@ -98,20 +98,24 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         try:
             store.on_failure = self._fail
             store.on_flush = self.metrics.observe_flush
-            loaded = await load_topics(store, self.config, self._remote)
-            self._topics, self._snapshots = loaded.topics, loaded.snapshots
-            self._retention, self._offload = loaded.retention, loaded.offload
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
             coordinator = self._coordinator = Coordinator(
                 store,
-                self._topics.get,
+                lambda name: self._topics.get(name),  # the topics being loaded beside it
                 default_timeout=self.config.default_txn_timeout,
                 max_timeout=self.config.max_txn_timeout,
                 ended_retention=self.config.ended_txn_retention,
             )
             coordinator.ack_participant = subscriptions
             coordinator.on_ended = self._on_txn_ended
-            await coordinator.load()
+            # Topics and transactions load side by side: each is reads on its own reader
+            # connection (SQLite works with the GIL released) plus decoding on the loop.
+            async with asyncio.TaskGroup() as group:
+                topics = group.create_task(load_topics(store, self.config, self._remote))
+                group.create_task(coordinator.load())
+            loaded = topics.result()
+            self._topics, self._snapshots = loaded.topics, loaded.snapshots
+            self._retention, self._offload = loaded.retention, loaded.offload
             await subscriptions.load({t.topic_id: t for t in self._topics.values()})
             await store.write(reconcile(self._topics, coordinator, subscriptions))
             self.recovery = summarize_recovery(
