@@ -93,7 +93,7 @@ class Coordinator:
         default_timeout: float,
         max_timeout: float,
         ended_retention: float,
-        ended_in_memory: int = 10_000,
+        ended_in_memory: int = 1_000,
         outcomes_kept: int = 200_000,
     ) -> None:
         self._store = store
@@ -127,14 +127,34 @@ class Coordinator:
         self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
         self._reserved_upto = self._durable_upto = self._next_seq
         horizon = now_ms() - self.ended_retention_ms
+        # Ended transactions beyond the newest ``ended_in_memory`` come back as outcomes
+        # only, from their small columns; the rest (open ones too) in full.
+        (ended, newest_ended), *_ = await self._store.read(
+            "SELECT count(*), max(seq) FROM txns WHERE state != 'open' AND ended_ms >= ?",
+            (horizon,),
+        )
+        boundary = -1  # ended ones with a seq below it are outcomes only
+        if ended > self._ended_in_memory:
+            if self._ended_in_memory <= 0:
+                boundary = newest_ended + 1
+            else:
+                ((boundary,),) = await self._store.read(
+                    "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
+                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (horizon, self._ended_in_memory - 1),
+                )
+            for seq, state, fenced, reason in await self._store.read(
+                "SELECT seq, state, fenced, reason FROM txns"
+                " WHERE state != 'open' AND ended_ms >= ? AND seq < ? ORDER BY seq",
+                (horizon, boundary),
+            ):
+                self._keep_outcome(seq, state == "committed", fenced, reason)
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
             " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
-            " WHERE state = 'open' OR ended_ms >= ? ORDER BY seq",
-            (horizon,),
+            " WHERE state = 'open' OR (ended_ms >= ? AND seq >= ?) ORDER BY seq",
+            (horizon, boundary),
         )
-        # the newest ended ones come back in full, older ones as outcomes only
-        compact_left = sum(1 for row in rows if row[1] != "open") - self._ended_in_memory
         for (
             seq,
             state,
@@ -151,10 +171,6 @@ class Coordinator:
             owner,
         ) in rows:
             is_open = state == "open"
-            if not is_open and compact_left > 0:  # an outcome is enough (rows keep the rest)
-                compact_left -= 1
-                self._keep_outcome(seq, state == "committed", fenced, reason)
-                continue
             record = TxnRecord(
                 TxnId(seq),
                 _STATES[state],
@@ -179,6 +195,8 @@ class Coordinator:
                 heapq.heappush(self._deadlines, (deadline_ms, seq))
             else:
                 self._ended.append(seq)
+        if newest_ended is not None:
+            self._next_seq = max(self._next_seq, newest_ended + 1)
         if rows:  # ordered by seq
             self._next_seq = max(self._next_seq, rows[-1][0] + 1)
         rows = await self._store.read("SELECT key FROM finish_keys")
