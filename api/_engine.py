@@ -150,6 +150,8 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         if self._store is not None and self._store.failure is None and not recovering:
             batch = WriteBatch()
             self.coordinator.persist_open(batch)  # open transactions survive a clean close
+            for topic in self._topics.values():
+                topic.ledger.prepare_close(batch)  # the next open need not count them
             if batch:
                 self._store.submit(batch, wait=False)
         self._wake_all()  # waiting receivers leave with ClosedError

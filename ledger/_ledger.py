@@ -316,6 +316,15 @@ class ManagedLedger:
         self._ids.append(info.ledger_id)
         return info
 
+    def prepare_close(self, batch: WriteBatch) -> None:
+        """A clean close: record the open ledger's entry and byte counts, so the next
+        open finds it sealed instead of counting its rows (a crash still counts)."""
+        current = self._ledgers[-1]
+        if current.entries and not current.sealed:
+            batch.add(
+                _SEAL_LEDGER, (current.entries, current.bytes, self.topic_id, current.ledger_id)
+            )
+
     def roll_over(self, batch: WriteBatch) -> None:
         """Start a new ledger now (tests and admin); no-op if the current one is empty."""
         if self._ledgers[-1].entries:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
 from support import drain, make_topics, positions, values
 
-from api import ClosedError, Engine, EngineConfig, TxnNotFoundError
+from api import DB_FILE, ClosedError, Engine, EngineConfig, TxnNotFoundError
 
 
 async def test_open_works_awaited_and_as_context_manager(data_dir: Path) -> None:
@@ -95,3 +96,24 @@ async def test_backpressure_with_a_tiny_queue_completes_in_order(data_dir: Path)
         got = await drain(await engine.subscribe("t", "s"))
         assert positions(got) == [*in_txn, *plain]
         assert values(got) == list(range(400))
+
+
+async def test_clean_close_seals_the_open_ledger_and_a_crash_still_counts_it(
+    data_dir: Path,
+) -> None:
+    """A clean close records the open ledger's counts (the next open reads them instead
+    of counting rows); a ledger left open, as by a crash, is counted on open."""
+    sent = [f"m{i}" for i in range(5)]
+    async with Engine.open(data_dir) as engine:
+        await make_topics(engine, "t")
+        await engine.send_many("t", sent)
+    with sqlite3.connect(data_dir / DB_FILE) as db:
+        rows = db.execute("SELECT ledger_id, entries FROM ledgers").fetchall()
+        assert rows == [(0, 5)]
+        db.execute("UPDATE ledgers SET entries = NULL, bytes = NULL")  # as if it crashed
+    db.close()
+    for round_ in range(2):
+        async with Engine.open(data_dir) as engine:
+            assert (await engine.stats("t"))["entries"] == 5
+            sub = await engine.subscribe("t", f"s{round_}", initial_position="earliest")
+            assert [m.value for m in await drain(sub)] == sent
