@@ -19,8 +19,8 @@ from ledger import (
     encode_value,
     normalize_url,
 )
-from ledger._ledger import decode_row
 from ledger._offload import entries_of, ledger_table
+from ledger._reads import decode_row
 
 pytestmark = pytest.mark.timeout(60)
 

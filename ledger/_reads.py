@@ -1,0 +1,294 @@
+"""Reading a topic's log across both tiers: ranges, exact positions, counts, and
+entry metadata for replay. Local ledgers are one SQLite query each; ranges that reach
+the remote tier read its objects in a worker thread (see :mod:`ledger._tiers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._codec import decode_payload
+from ._entry import Entry, EntryKind, TxnId
+from ._offload import OffloadStore
+from ._position import Position
+from ._tiers import LedgerInfo, LedgerTiers, _span, _url
+
+_SELECT_RANGE = (
+    "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+    " ORDER BY ledger_id, entry_id LIMIT ?"
+)
+_SELECT_META = (
+    "SELECT ledger_id, entry_id, kind, txn FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT ?"
+)
+
+
+Row = tuple[int, int, int, "int | None", bytes]
+"""A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryMeta:
+    """An entry without its payload: enough to replay a transaction buffer."""
+
+    position: Position
+    kind: EntryKind
+    txn_id: TxnId | None
+
+
+def decode_row(row: Sequence[Any]) -> Entry:
+    """Build an :class:`Entry` from ``(ledger_id, entry_id, kind, txn, data)``."""
+    ledger_id, entry_id, kind, txn, data = row
+    key, value, properties, publish_time = decode_payload(data)
+    return Entry(
+        position=Position(ledger_id, entry_id),
+        kind=EntryKind(kind),
+        txn_id=None if txn is None else TxnId(txn),
+        key=key,
+        value=value,
+        properties=properties,
+        publish_time=publish_time,
+        size=len(data),
+    )
+
+
+class LedgerReads(LedgerTiers):
+    """The reads of :class:`~ledger.ManagedLedger`: durable entries only."""
+
+    # -- reading -------------------------------------------------------------------
+
+    async def read(self, start: Position, end: Position, limit: int) -> list[Entry]:
+        """Durable entries with ``start <= position <= end``, in order, at most ``limit``."""
+        if end < start or limit <= 0:
+            return []
+        if start.ledger_id > self._remote_upto:  # the local path: one comparison more
+            generation = self._tier_generation
+            rows = await self.store.read(
+                _SELECT_RANGE,
+                (
+                    self.topic_id,
+                    start.ledger_id,
+                    start.entry_id,
+                    end.ledger_id,
+                    end.entry_id,
+                    limit,
+                ),
+            )
+            if generation == self._tier_generation:
+                return [decode_row(row) for row in rows]
+        while True:  # the range may touch the remote tier (or a ledger just switched)
+            generation = self._tier_generation
+            entries = await self._read_tiered(start, end, limit)
+            if generation == self._tier_generation:
+                return entries
+
+    async def _read_local(self, start: Position, end: Position, limit: int) -> list[Entry]:
+        rows = await self.store.read(
+            _SELECT_RANGE,
+            (
+                self.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                limit,
+            ),
+        )
+        return [decode_row(row) for row in rows]
+
+    async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row] | None:
+        """:meth:`read` without decoding: ``(ledger_id, entry_id, kind, txn seq, payload)``
+        rows (a delivery batch decodes the payloads it keeps in one pass). None when the
+        range reaches the remote tier (or a ledger switched tiers meanwhile): use
+        :meth:`read` then."""
+        if end < start or limit <= 0:
+            return []
+        if start.ledger_id <= self._remote_upto:
+            return None
+        generation = self._tier_generation
+        rows: list[Row] = await self.store.read(
+            _SELECT_RANGE,
+            (
+                self.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                limit,
+            ),
+        )
+        return rows if generation == self._tier_generation else None
+
+    async def _read_tiered(self, start: Position, end: Position, limit: int) -> list[Entry]:
+        upto = self._remote_upto
+        spans = [
+            (info, _span(info, start, end))
+            for info in self._remote_between(start.ledger_id, end.ledger_id)
+        ]
+
+        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Entry]:
+            lo, hi = span
+            hi = min(hi, lo + room - 1)
+            return remote.read_entries(info.ledger_id, _url(info), lo, hi) if lo <= hi else []
+
+        out: list[Entry] = await self._remote_reads(spans, read, limit)
+        local = max(start, Position(upto + 1, 0))
+        if len(out) < limit and local <= end:
+            out += await self._read_local(local, end, limit - len(out))
+        return out
+
+    async def read_positions(self, positions: Sequence[Position]) -> list[Entry]:
+        """The entries at exactly ``positions`` (missing ones are left out), in order."""
+        if not positions:
+            return []
+        while True:
+            generation = self._tier_generation
+            upto = self._remote_upto
+            if upto < 0 or min(p.ledger_id for p in positions) > upto:
+                entries = await self._read_local_positions(positions)
+            else:
+                entries = await self._read_tiered_positions(positions, upto)
+            if generation == self._tier_generation:
+                return entries
+
+    async def _read_local_positions(self, positions: Sequence[Position]) -> list[Entry]:
+        if not positions:
+            return []
+        keys = ",".join(f"({p.ledger_id},{p.entry_id})" for p in positions)
+        rows = await self.store.read(
+            "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
+            f" AND (ledger_id, entry_id) IN (VALUES {keys}) ORDER BY ledger_id, entry_id",
+            (self.topic_id,),
+        )
+        return [decode_row(row) for row in rows]
+
+    async def _read_tiered_positions(self, positions: Sequence[Position], upto: int) -> list[Entry]:
+        by_ledger: dict[int, list[int]] = {}
+        for p in positions:
+            if p.ledger_id <= upto:
+                by_ledger.setdefault(p.ledger_id, []).append(p.entry_id)
+        items = []
+        for ledger_id, entry_ids in sorted(by_ledger.items()):
+            info = self._info(ledger_id)
+            if info is not None and info.is_remote:
+                items.append((info, entry_ids))
+
+        def read(remote: OffloadStore, info: LedgerInfo, ids: Any, room: int) -> list[Entry]:
+            return remote.read_positions(info.ledger_id, _url(info), ids)
+
+        out: list[Entry] = await self._remote_reads(items, read)
+        out += await self._read_local_positions([p for p in positions if p.ledger_id > upto])
+        return out
+
+    async def count_data(
+        self,
+        start: Position,
+        end: Position,
+        *,
+        except_txns: Sequence[int] = (),
+        except_positions: Sequence[Position] = (),
+    ) -> int:
+        """Data entries with ``start <= position <= end``, leaving out the given
+        transactions (by sequence number) and positions; one query, no payloads read.
+
+        On remote ledgers every aborted transaction is left out (the object flags its
+        data), which ``except_txns`` asks for anyway.
+        """
+        if end < start:
+            return 0
+        while True:
+            generation = self._tier_generation
+            upto = self._remote_upto
+            items = [
+                (
+                    info,
+                    (
+                        *_span(info, start, end),
+                        [p.entry_id for p in except_positions if p.ledger_id == info.ledger_id],
+                    ),
+                )
+                for info in self._remote_between(start.ledger_id, end.ledger_id)
+            ]
+
+            def count(remote: OffloadStore, info: LedgerInfo, arg: Any, room: int) -> list[int]:
+                lo, hi, skip = arg
+                return [remote.count_committed(_url(info), lo, hi, info.entries, skip)]
+
+            total = sum(await self._remote_reads(items, count)) if items else 0
+            local = max(start, Position(upto + 1, 0))
+            if local <= end:
+                total += await self._count_local(local, end, except_txns, except_positions)
+            if generation == self._tier_generation:
+                return total
+
+    async def _count_local(
+        self,
+        start: Position,
+        end: Position,
+        except_txns: Sequence[int],
+        except_positions: Sequence[Position],
+    ) -> int:
+        skip = [(p.ledger_id << 32) | p.entry_id for p in except_positions]
+        rows = await self.store.read(
+            "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
+            " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+            " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
+            " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))",
+            (
+                self.topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                _json_ints(except_txns),
+                _json_ints(skip),
+            ),
+        )
+        return int(rows[0][0])
+
+    async def read_meta(self, start: Position, limit: int) -> list[EntryMeta]:
+        """Kinds and transactions of entries from ``start`` on (replay needs no payloads)."""
+        while True:
+            generation = self._tier_generation
+            upto = self._remote_upto
+            end = Position(upto, 1 << 62)
+            spans = [
+                (info, _span(info, start, end))
+                for info in self._remote_between(start.ledger_id, upto)
+            ]
+
+            def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Any]:
+                lo, hi = span
+                hi = min(hi, lo + room - 1)
+                if lo > hi:
+                    return []
+                rows = remote.read_meta(_url(info), lo, hi)
+                return [(info.ledger_id, e, kind, txn) for e, kind, txn in rows]
+
+            out = [
+                EntryMeta(Position(ledger_id, e), kind, None if txn is None else TxnId(txn))
+                for ledger_id, e, kind, txn in await self._remote_reads(spans, read, limit)
+            ]
+            local = max(start, Position(upto + 1, 0))
+            if len(out) < limit:
+                rows = await self.store.read(
+                    _SELECT_META,
+                    (self.topic_id, local.ledger_id, local.entry_id, limit - len(out)),
+                )
+                out += [
+                    EntryMeta(
+                        Position(ledger_id, entry_id),
+                        EntryKind(kind),
+                        None if txn is None else TxnId(txn),
+                    )
+                    for ledger_id, entry_id, kind, txn in rows
+                ]
+            if generation == self._tier_generation:
+                return out
+
+
+def _json_ints(values: Sequence[int]) -> str:
+    return "[" + ",".join(map(str, values)) + "]"
