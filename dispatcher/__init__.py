@@ -5,8 +5,9 @@ Also the range fetch for stateless readers (raw entries plus the aborted list).
 
 from ._cursor import Cursor
 from ._fetch import AbortedTxnRange, FetchedEntry, FetchResult, fetch
+from ._message import Consumer, Isolation, Message, SubscriptionType, parse_enum
 from ._registry import SubscriptionRegistry
-from ._subscription import Consumer, Isolation, Message, Subscription, SubscriptionType, parse_enum
+from ._subscription import Subscription
 
 __all__ = [
     "AbortedTxnRange",

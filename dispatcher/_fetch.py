@@ -24,7 +24,7 @@ from ledger import (
 )
 from txn_buffer import Topic
 
-from ._subscription import Isolation, parse_enum
+from ._message import Isolation, parse_enum
 
 MAX_FETCH = 10_000
 """The most entries one fetch returns."""

@@ -24,7 +24,8 @@ from ledger import (
 from txn_buffer import Topic, TxnRecord
 
 from ._cursor import Cursor
-from ._subscription import Isolation, Subscription, SubscriptionType, parse_enum
+from ._message import Isolation, SubscriptionType, parse_enum
+from ._subscription import Subscription
 
 _INSERT = (
     "INSERT INTO subscriptions (topic_id, name, type, isolation, cursor, created_ms)"

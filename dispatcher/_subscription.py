@@ -16,38 +16,25 @@ message payloads.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import enum
 import time
 import zlib
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from itertools import repeat
-from typing import Any
-
-from sortedcontainers import SortedSet
 
 from ledger import (
-    AckConflictError,
     ClosedError,
     ConsumerBusyError,
     Entry,
     EntryKind,
-    InvalidArgumentError,
     Position,
     Row,
     SubscriptionNotFoundError,
     TopicNotFoundError,
-    TxnId,
-    WriteBatch,
     decode_payloads,
     decode_row,
-    ms_to_datetime,
 )
-from txn_buffer import Topic
 
-from ._cursor import Cursor
+from ._acks import SubscriptionState, key_position, position_key
+from ._message import Consumer, Isolation, Message, SubscriptionType
 
 _READ_CHUNK = 500
 _MAX_ROWS = 12_000  # rows read at once by an ordered delivery (receive takes up to 10,000)
@@ -55,183 +42,11 @@ _NOTHING: frozenset[int] = frozenset()
 _KEY_SHARED_LOOKAHEAD = 2000
 
 
-class SubscriptionType(enum.StrEnum):
-    """How a subscription shares its messages among consumers."""
-
-    EXCLUSIVE = "exclusive"
-    FAILOVER = "failover"
-    SHARED = "shared"
-    KEY_SHARED = "key_shared"
-
-
-class Isolation(enum.StrEnum):
-    """What a subscription may read."""
-
-    READ_COMMITTED = "read_committed"
-    READ_UNCOMMITTED = "read_uncommitted"
-
-
-def parse_enum(kind: type[enum.StrEnum], value: Any, what: str) -> Any:
-    """``kind(value)`` with an :class:`InvalidArgumentError` naming the allowed values."""
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(member.value for member in kind)
-        raise InvalidArgumentError(f"invalid {what} {value!r}: one of {allowed}") from None
-
-
-class Message(tuple):  # type: ignore[type-arg]
-    """A delivered message: ``position``, ``value``, ``key``, ``properties``, ``txn``,
-    ``publish_time`` and ``redelivery_count``, read-only.
-
-    Underneath it is the stored row, the decoded payload and the redelivery count in a
-    tuple, so a delivery batch makes its messages without a Python call per message;
-    the fields are computed when read.
-    """
-
-    __slots__ = ()
-
-    # (row, body, redelivery_count): row = (ledger_id, entry_id, kind, txn seq, payload),
-    # body = [key, properties, publish_time_ms, value] (see ledger.decode_payloads)
-
-    @property
-    def position(self) -> Position:
-        """Where the message lies in its topic."""
-        row = self[0]
-        return Position(row[0], row[1])
-
-    @property
-    def value(self) -> Any:
-        """The value as sent (``bytes`` stays ``bytes``, ``str`` stays ``str``)."""
-        return self[1][3]
-
-    @property
-    def key(self) -> str | None:
-        """The message key, if any."""
-        key: str | None = self[1][0]
-        return key
-
-    @property
-    def properties(self) -> dict[str, str]:
-        """The message properties."""
-        properties: dict[str, str] = self[1][1]
-        return properties
-
-    @property
-    def txn(self) -> str | None:
-        """The id of the transaction it was sent in (``"txn-<n>"``), or None."""
-        seq = self[0][3]
-        return None if seq is None else str(TxnId(seq))
-
-    @property
-    def publish_time(self) -> datetime:
-        """When it was appended (UTC)."""
-        return ms_to_datetime(self[1][2])
-
-    @property
-    def redelivery_count(self) -> int:
-        """How often it was delivered before (nack, detached consumer, aborted ack)."""
-        count: int = self[2]
-        return count
-
-    def __repr__(self) -> str:
-        return (
-            f"Message(position={self.position!r}, value={self.value!r}, key={self.key!r},"
-            f" properties={self.properties!r}, txn={self.txn!r},"
-            f" publish_time={self.publish_time!r}, redelivery_count={self.redelivery_count})"
-        )
-
-
 _new_tuple = tuple.__new__
 
 
-def _key(position: Position) -> int:
-    """An int ordered as positions are: a cheap dict key for a delivered position."""
-    return (position.ledger_id << 64) | position.entry_id
-
-
-def _unkey(key: int) -> Position:
-    return Position(key >> 64, key & _ENTRY_MASK)
-
-
-_ENTRY_MASK = (1 << 64) - 1
-
-
-@dataclass(slots=True)
-class Consumer:
-    """A consumer attached to a subscription."""
-
-    name: str
-    expires: bool
-    last_seen: float
-    polling: int = 0
-    """Receives in progress: a consumer waiting in a long poll is not idle."""
-
-
-class Subscription:
+class Subscription(SubscriptionState):
     """A durable, named cursor on a topic, with its consumers and delivery state."""
-
-    def __init__(
-        self,
-        topic: Topic,
-        name: str,
-        type: SubscriptionType,
-        isolation: Isolation,
-        cursor: Cursor,
-        created_ms: int,
-    ) -> None:
-        self.topic = topic
-        self.name = name
-        self.type = type
-        self.isolation = isolation
-        self.cursor = cursor
-        self.created_ms = created_ms
-        self.consumers: dict[str, Consumer] = {}
-        self.deleted = False
-        self.closed = False
-        md = cursor.mark_delete
-        self.read_position = (
-            Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
-        )
-        # delivered, unacknowledged -> consumer, keyed by _key(position); _pending_max is
-        # an upper bound of the keys (a cumulative ack at or above it clears them all)
-        self._pending: dict[int, str] = {}
-        self._pending_max = -1
-        # skipped (marker or aborted) positions read by _deliver_rows, as _key()s in
-        # ascending order, not yet in the cursor; and the share of rows skipped lately
-        self._skipped: list[int] = []
-        self._skip_ratio = 0.125
-        # key_shared only: keys of pending and replay positions, and per receive pass the
-        # consumer holding each key's unacknowledged messages and the keys waiting in replay.
-        self._keys: dict[Position, str | None] = {}
-        self._key_holders: dict[str | None, str] = {}
-        self._held_keys: set[str | None] = set()
-        self._replay: SortedSet = SortedSet()
-        self._redelivery: dict[Position, int] = {}
-        self.redeliveries = 0
-        """Messages released for redelivery (nack, detach, abort of a transactional ack)
-        since the engine opened."""
-        self._txn_acks: dict[Position, TxnId] = {}
-        self._txn_cumulative: dict[TxnId, Position] = {}
-        self._lock = asyncio.Lock()
-
-    # -- limits and persistence ------------------------------------------------------
-
-    @property
-    def read_limit(self) -> Position | None:
-        """The newest position this subscription may read."""
-        buffer = self.topic.buffer
-        if self.isolation is Isolation.READ_COMMITTED:
-            return buffer.max_read_position
-        return buffer.last_confirmed
-
-    def prepare_cursor_write(self, batch: WriteBatch) -> None:
-        """Add the cursor's current durable form to ``batch``."""
-        self._settle_skipped()
-        batch.add(
-            "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
-            (self.cursor.encode(), self.topic.topic_id, self.name),
-        )
 
     # -- consumers -----------------------------------------------------------------
 
@@ -259,7 +74,7 @@ class Subscription:
         released = [k for k, c in self._pending.items() if c == name]
         for key in released:
             del self._pending[key]
-            position = _unkey(key)
+            position = key_position(key)
             self._count_redelivery(position)
             self._replay.add(position)
         self.topic.notify()
@@ -365,7 +180,7 @@ class Subscription:
         return message
 
     def _deliver(self, entry: Entry, consumer: str) -> Message:
-        key = _key(entry.position)
+        key = position_key(entry.position)
         self._pending[key] = consumer
         if key > self._pending_max:
             self._pending_max = key
@@ -432,9 +247,11 @@ class Subscription:
         if ordered and next(iter(self.consumers), None) != consumer:
             return  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
-            live = {_unkey(k) for k in self._pending} | set(self._replay)
+            live = {key_position(k) for k in self._pending} | set(self._replay)
             self._keys = {p: k for p, k in self._keys.items() if p in live}
-            self._key_holders = {self._keys.get(_unkey(p)): c for p, c in self._pending.items()}
+            self._key_holders = {
+                self._keys.get(key_position(p)): c for p, c in self._pending.items()
+            }
             self._held_keys = {self._keys.get(p) for p in self._replay}
         budget = [max_bytes if max_bytes is not None else -1]  # -1: no byte budget
 
@@ -585,161 +402,6 @@ class Subscription:
         if keys[-1] > self._pending_max:
             self._pending_max = keys[-1]
         return True
-
-    # -- acknowledgement -----------------------------------------------------------
-
-    def _check_positions(self, positions: Sequence[Position]) -> None:
-        last = self.topic.buffer.last_confirmed
-        for position in positions:
-            if last is None or position > last:
-                raise InvalidArgumentError(f"position {position} is beyond the last entry")
-
-    def check_ack(self, positions: Sequence[Position], cumulative: bool, txn: TxnId | None) -> None:
-        """Raise :class:`AckConflictError` if an ack would touch another transaction's."""
-        self._check_positions(positions)
-        if cumulative:
-            upto = max(positions, default=None)
-            if upto is None:
-                return
-            for position, owner in self._txn_acks.items():
-                if position <= upto and owner != txn:
-                    raise AckConflictError(f"position {position} is pending in {owner}")
-            for owner, pending in self._txn_cumulative.items():
-                if owner != txn:
-                    raise AckConflictError(f"positions up to {pending} are pending in {owner}")
-        else:
-            for position in positions:
-                holder = self._txn_acks.get(position)
-                if holder is None:
-                    holder = next(
-                        (t for t, u in self._txn_cumulative.items() if position <= u), None
-                    )
-                if holder is not None and holder != txn:
-                    raise AckConflictError(f"position {position} is pending in {holder}")
-
-    def apply_ack(self, positions: Sequence[Position], cumulative: bool) -> None:
-        """Acknowledge in memory (the caller persists the cursor in the same step)."""
-        ledger = self.topic.ledger
-        if cumulative:
-            upto = max(positions)
-            upto_key = _key(upto)
-            skipped = self._skipped
-            if skipped and skipped[0] <= upto_key:
-                del skipped[: bisect.bisect_right(skipped, upto_key)]
-            self.cursor.ack_cumulative(upto, ledger)
-            self._settle_skipped()
-            if self._pending_max <= upto_key:
-                self._pending.clear()  # the usual case: everything delivered is acked
-                self._pending_max = -1
-            else:
-                for key in [k for k in self._pending if k <= upto_key]:
-                    del self._pending[key]
-            if self._replay and self._replay[0] <= upto:
-                del self._replay[: self._replay.bisect_right(upto)]
-            if self.read_position <= upto:
-                self.read_position = Position(upto.ledger_id, upto.entry_id + 1)
-        else:
-            self._settle_skipped()
-            for position in positions:
-                self.cursor.ack(position, ledger)
-                self._pending.pop(_key(position), None)
-                self._replay.discard(position)
-        if self._redelivery:
-            for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
-                del self._redelivery[position]
-
-    def _settle_skipped(self) -> None:
-        """Put the skipped positions not covered yet into the cursor."""
-        if self._skipped:
-            skipped, self._skipped = self._skipped, []
-            self.cursor.ack_many([_unkey(k) for k in skipped], self.topic.ledger)
-
-    def hold_for_txn(self, positions: Sequence[Position], cumulative: bool, txn: TxnId) -> None:
-        """Make positions pending in ``txn``: not redelivered until it ends."""
-        if cumulative:
-            upto = max(positions)
-            previous = self._txn_cumulative.get(txn)
-            self._txn_cumulative[txn] = upto if previous is None else max(previous, upto)
-            upto_key = _key(upto)
-            held = [_unkey(k) for k in self._pending if k <= upto_key]
-            held += [p for p in self._replay if p <= upto]
-        else:
-            held = list(positions)
-        for position in held:
-            self._txn_acks[position] = txn
-            self._pending.pop(_key(position), None)
-            self._replay.discard(position)
-
-    def release_txn(
-        self, txn: TxnId, committed: bool, acks: Sequence[tuple[list[Position], bool]]
-    ) -> None:
-        """End ``txn``'s hold: acknowledge (commit) or release for redelivery (abort)."""
-        held = [p for p, owner in self._txn_acks.items() if owner == txn]
-        for position in held:
-            del self._txn_acks[position]
-        self._txn_cumulative.pop(txn, None)
-        if committed:
-            for positions, cumulative in acks:
-                self.apply_ack(positions, cumulative)
-        else:
-            for position in held:
-                if not self.cursor.is_acked(position) and position < self.read_position:
-                    self._count_redelivery(position)
-                    self._replay.add(position)
-        self.topic.notify()
-
-    def nack(self, positions: Sequence[Position]) -> None:
-        """Redeliver ``positions`` (those delivered and unacknowledged), count + 1."""
-        self._check_positions(positions)
-        for position in positions:
-            if self._pending.pop(_key(position), None) is not None:
-                self._count_redelivery(position)
-                self._replay.add(position)
-        self.topic.notify()
-
-    def release(self, positions: Sequence[Position]) -> None:
-        """Take back delivered positions nobody received (their receiver went away before
-        reading them): first in line again, not counted as redeliveries."""
-        for position in positions:
-            if self._pending.pop(_key(position), None) is not None:
-                self._replay.add(position)
-        self.topic.notify()
-
-    def seek(self, position: Position | str) -> None:
-        """Everything before ``position`` acknowledged, everything from it on not."""
-        ledger = self.topic.ledger
-        buffer = self.topic.buffer
-        if position == "earliest":
-            mark_delete: Position | None = None
-            start = Position(0, 0)
-        elif position == "latest":
-            mark_delete = buffer.last_confirmed
-            start = (
-                Position(0, 0)
-                if mark_delete is None
-                else Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
-            )
-        else:
-            assert isinstance(position, Position)
-            start = position
-            mark_delete = ledger.previous(position)
-            last = buffer.last_confirmed
-            if mark_delete is not None and last is not None and mark_delete >= last:
-                # at or past the end: new entries will come after ``last``, not at ``position``
-                mark_delete = last
-                start = Position(last.ledger_id, last.entry_id + 1)
-        self.cursor.reset(mark_delete)
-        self._skipped.clear()
-        self._pending.clear()
-        self._pending_max = -1
-        self._replay.clear()
-        self._redelivery.clear()
-        self.read_position = start
-        self.topic.notify()
-
-    def _count_redelivery(self, position: Position) -> None:
-        self._redelivery[position] = self._redelivery.get(position, 0) + 1
-        self.redeliveries += 1
 
     # -- stats ---------------------------------------------------------------------
 
