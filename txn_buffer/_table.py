@@ -1,0 +1,261 @@
+"""The coordinator's table of transactions: what is kept in memory (open ones in
+full, the newest ended ones in full, older ended ones as outcome codes), loading it
+from the ``txns`` table, and the lookups. :class:`~txn_buffer.Coordinator` adds
+begin, use, decisions and timeouts on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from ledger import InvalidArgumentError, Store, TxnId, TxnNotFoundError, now_ms, unpack
+
+from ._records import (
+    AckParticipant,
+    PendingAck,
+    TxnInfo,
+    TxnRecord,
+    _from_outcome,
+    _outcome_code,
+)
+from ._state import TxnState
+from ._topic import Topic
+
+_STATES = {state.value: state for state in TxnState}
+
+
+class TxnTable:
+    """Transactions by id: open, recently ended in full, and older outcomes."""
+
+    def __init__(
+        self,
+        store: Store,
+        resolve_topic: Callable[[str], Topic | None],
+        *,
+        default_timeout: float,
+        max_timeout: float,
+        ended_retention: float,
+        ended_in_memory: int = 1_000,
+        outcomes_kept: int = 200_000,
+    ) -> None:
+        self._store = store
+        self._resolve_topic = resolve_topic
+        self.default_timeout = default_timeout
+        self.max_timeout = max_timeout
+        self.ended_retention_ms = int(ended_retention * 1000)
+        self._txns: dict[int, TxnRecord] = {}
+        self._holders: dict[str, TxnRecord] = {}
+        self._next_seq = 0
+        self._reserved_upto = 0
+        self._durable_upto = 0
+        self._deadlines: list[tuple[int, int]] = []
+        self._deadline_changed = asyncio.Event()
+        self._finish_keys: set[str] = set()
+        self.checked_at = 0
+        """When :meth:`check_open` last looked at a clock (ms): a send stamps its
+        message with it rather than reading the clock again."""
+        self._ended: deque[int] = deque()  # full ended records, oldest end first
+        self._ended_in_memory = ended_in_memory
+        self._outcomes: dict[int, int] = {}  # seq -> _outcome_code(), oldest first
+        self._outcomes_kept = outcomes_kept
+        self.ack_participant: AckParticipant | None = None
+        self.on_ended: Callable[[TxnRecord, bool], None] | None = None
+
+    # -- loading -------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Load the persisted counter, open and recently ended transactions, finish keys."""
+        rows = await self._store.read("SELECT value FROM meta WHERE key = 'next_txn_seq'")
+        self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
+        self._reserved_upto = self._durable_upto = self._next_seq
+        horizon = now_ms() - self.ended_retention_ms
+        # Ended transactions beyond the newest ``ended_in_memory`` come back as outcomes
+        # only, from their small columns; the rest (open ones too) in full.
+        (ended, newest_ended), *_ = await self._store.read(
+            "SELECT count(*), max(seq) FROM txns WHERE state != 'open' AND ended_ms >= ?",
+            (horizon,),
+        )
+        boundary = -1  # ended ones with a seq below it are outcomes only
+        if ended > self._ended_in_memory:
+            if self._ended_in_memory <= 0:
+                boundary = newest_ended + 1
+            else:
+                ((boundary,),) = await self._store.read(
+                    "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
+                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (horizon, self._ended_in_memory - 1),
+                )
+            for seq, state, fenced, reason in await self._store.read(
+                "SELECT seq, state, fenced, reason FROM txns"
+                " WHERE state != 'open' AND ended_ms >= ? AND seq < ? ORDER BY seq",
+                (horizon, boundary),
+            ):
+                self._keep_outcome(seq, state == "committed", fenced, reason)
+        rows = await self._store.read(
+            "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
+            " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
+            " WHERE state = 'open' OR (ended_ms >= ? AND seq >= ?) ORDER BY seq",
+            (horizon, boundary),
+        )
+        for (
+            seq,
+            state,
+            timeout_ms,
+            deadline_ms,
+            tid,
+            label,
+            fenced,
+            topics,
+            acks,
+            created,
+            ended,
+            reason,
+            owner,
+        ) in rows:
+            is_open = state == "open"
+            record = TxnRecord(
+                TxnId(seq),
+                _STATES[state],
+                timeout_ms,
+                deadline_ms,
+                tid,
+                label,
+                created,
+                bool(fenced),
+                dict.fromkeys(unpack(topics)),
+                # an ended transaction's acks were applied or released: none kept
+                [PendingAck(t, s, tuple(p), c) for t, s, p, c in unpack(acks)] if is_open else [],
+                ended,
+                reason,
+                persisted=True,
+                owner=owner,
+            )
+            self._txns[seq] = record
+            if record.holder_key is not None and not record.fenced:
+                self._holders[record.holder_key] = record
+            if is_open:
+                heapq.heappush(self._deadlines, (deadline_ms, seq))
+            else:
+                self._ended.append(seq)
+        if newest_ended is not None:
+            self._next_seq = max(self._next_seq, newest_ended + 1)
+        if rows:  # ordered by seq
+            self._next_seq = max(self._next_seq, rows[-1][0] + 1)
+        rows = await self._store.read("SELECT key FROM finish_keys")
+        self._finish_keys = {key for (key,) in rows}
+
+    # -- lookups -------------------------------------------------------------------
+
+    def get(self, txn_id: TxnId | str) -> TxnRecord:
+        """The record of ``txn_id``; raises :class:`TxnNotFoundError`."""
+        if type(txn_id) is TxnId:
+            seq = txn_id.seq
+        else:
+            try:
+                seq = TxnId.coerce(txn_id).seq
+            except InvalidArgumentError:
+                raise TxnNotFoundError(f"transaction {txn_id!r} not found") from None
+        record = self._txns.get(seq)
+        if record is None:
+            code = self._outcomes.get(seq)
+            if code is None:
+                raise TxnNotFoundError(f"transaction {txn_id} not found")
+            return _from_outcome(seq, code)
+        return record
+
+    async def read_info(self, record: TxnRecord) -> TxnInfo:
+        """The full info of a transaction, reading its row when only its outcome is kept."""
+        if not record.compact:
+            return record.info()
+        rows = await self._store.read(
+            "SELECT timeout_ms, deadline_ms, label, topics, created_ms, owner FROM txns"
+            " WHERE seq = ?",
+            (record.txn_id.seq,),
+        )
+        if rows:
+            timeout_ms, deadline_ms, label, topics, created_ms, owner = rows[0]
+            record.timeout_ms, record.deadline_ms, record.label = timeout_ms, deadline_ms, label
+            record.topics, record.created_ms = dict.fromkeys(unpack(topics)), created_ms
+            record.owner = owner
+        return record.info()
+
+    async def owner_of(self, record: TxnRecord) -> str | None:
+        """The principal that began ``record`` (read from its row when only its outcome is
+        kept; None when that row is gone too)."""
+        if not record.compact:
+            return record.owner
+        return (await self.read_info(record)).owner
+
+    def _keep_outcome(self, seq: int, committed: bool, fenced: bool, reason: str | None) -> None:
+        self._outcomes[seq] = _outcome_code(committed, fenced, reason)
+        while len(self._outcomes) > self._outcomes_kept:
+            del self._outcomes[next(iter(self._outcomes))]
+
+    def _retire(self, record: TxnRecord) -> None:
+        """An ended record: drop what no end needs, and keep only the newest in full."""
+        record.acks = []
+        record.row = None
+        self._ended.append(record.txn_id.seq)
+        while len(self._ended) > self._ended_in_memory:
+            seq = self._ended.popleft()
+            old = self._txns.get(seq)
+            if old is None or not old.state.is_ended:
+                continue
+            del self._txns[seq]
+            key = old.holder_key
+            if key is not None and self._holders.get(key) is old:
+                del self._holders[key]
+            self._keep_outcome(seq, old.state is TxnState.COMMITTED, old.fenced, old.reason)
+
+    def records(self) -> Iterable[TxnRecord]:
+        """Every known record (open and recently ended)."""
+        return self._txns.values()
+
+    def list_txns(
+        self,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
+    ) -> list[TxnInfo]:
+        """Transactions filtered by state, label prefix and age (begun more than
+        ``older_than_ms`` ago), oldest first."""
+        if older_than_ms is not None and (
+            isinstance(older_than_ms, bool)
+            or not isinstance(older_than_ms, int)
+            or older_than_ms < 0
+        ):
+            raise InvalidArgumentError("older_than_ms must be a non-negative integer")
+        born_before = None if older_than_ms is None else now_ms() - older_than_ms
+        if state is not None:
+            try:
+                wanted: TxnState | None = TxnState(state)
+            except ValueError:
+                raise InvalidArgumentError(f"unknown transaction state {state!r}") from None
+        else:
+            wanted = None
+        return [
+            record.info()
+            for record in self._txns.values()
+            if (wanted is None or record.state is wanted)
+            and (
+                label_prefix is None
+                or (record.label is not None and record.label.startswith(label_prefix))
+            )
+            and (born_before is None or record.created_ms <= born_before)
+        ]
+
+    def open_records(self) -> list[TxnRecord]:
+        """Transactions currently open."""
+        return [r for r in self._txns.values() if r.state is TxnState.OPEN]
+
+    def low_watermark(self) -> int:
+        """The smallest txn sequence that may still be open; all below have ended."""
+        undecided = (
+            seq
+            for seq, record in self._txns.items()
+            if record.state in (TxnState.OPEN, TxnState.COMMITTING, TxnState.ABORTING)
+        )
+        return min(undecided, default=self._next_seq)
