@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.core import Figure, Settings, Target, group, progress
-from benchmarks.h_http import Client, server_process, txnstream_argv
+from benchmarks.http_support import Client, server_process, txnstream_argv
 
 CLIENTS = 64
 
