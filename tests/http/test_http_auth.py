@@ -10,13 +10,10 @@ alice (the owner), ops (admin)}.
 
 from __future__ import annotations
 
-import json
 import re
-import signal
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -409,133 +406,6 @@ def test_refusals_are_logged_and_counted_never_the_token(
     assert "principal=anonymous method=GET path=/v1/topics" in log
     for secret in (*AUTH_TOKENS.values(), "a-guessed-token"):
         assert secret not in log
-
-
-# -- binding, TLS, reload -------------------------------------------------------------------
-
-
-def _serve(tmp_path: Path, *args: str) -> Any:
-    import subprocess
-    import sys
-
-    from support import free_port
-
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "api",
-            "serve",
-            "--data",
-            str(tmp_path / "d"),
-            "--port",
-            str(free_port()),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-
-
-def test_a_non_loopback_bind_needs_auth_or_insecure(tmp_path: Path) -> None:
-    done = _serve(tmp_path, "--host", "0.0.0.0")
-    assert done.returncode == 2
-    assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
-    assert "--auth" in done.stderr
-    assert "--insecure" in done.stderr
-    assert not (tmp_path / "d").exists()  # refused before anything was opened
-
-
-def test_a_bad_auth_file_is_refused_at_start(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"principals": [{"name": "x", "token": "sha256:abc"}]}))
-    done = _serve(tmp_path, "--auth", str(bad))
-    assert done.returncode == 2
-    assert "64 hex digits" in done.stderr
-
-
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-def test_https_with_a_token(tmp_path: Path) -> None:
-    import ssl
-
-    cert, key = _self_signed(tmp_path)
-    auth_file = write_auth_file(tmp_path / "principals.json")
-    context = ssl.create_default_context(cafile=str(cert))
-    args = ("--auth", str(auth_file), "--tls-cert", str(cert), "--tls-key", str(key))
-    with ServeSubprocess(
-        tmp_path / "data", tmp_path / "log", *args, scheme="https", verify=context
-    ) as server:
-        assert server.url.startswith("https://")
-        with httpx.Client(base_url=server.url, verify=context, timeout=30) as client:
-            assert client.get("/v1/topics").status_code == 401
-            assert client.put("/v1/topics/a-tls", headers=bearer("alice")).status_code == 201
-            own = {"Origin": server.url, **bearer("alice")}
-            assert client.get("/v1/topics", headers=own).json()["topics"] == ["a-tls"]
-            plain = {"Origin": server.url.replace("https", "http"), **bearer("alice")}
-            assert client.get("/v1/topics", headers=plain).status_code == 403
-        with pytest.raises(httpx.TransportError):
-            httpx.get(server.url.replace("https", "http") + "/v1/health", timeout=5)
-
-
-def test_sighup_reloads_the_auth_file(tmp_path: Path) -> None:
-    auth_file = write_auth_file(tmp_path / "principals.json")
-    with ServeSubprocess(tmp_path / "data", tmp_path / "log", "--auth", str(auth_file)) as server:
-
-        def status(token: str) -> int:
-            headers = {"Authorization": f"Bearer {token}"}
-            return httpx.get(f"{server.url}/v1/topics", headers=headers, timeout=10).status_code
-
-        assert status(AUTH_TOKENS["alice"]) == 200
-        write_auth_file(auth_file, {"alice": "alice-rotated-token"})
-        server.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: status("alice-rotated-token") == 200, 15, "the reload")
-        assert status(AUTH_TOKENS["alice"]) == 401
-
-        auth_file.write_text("{not json")  # a broken file keeps the principals in effect
-        server.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "auth file not reloaded" in server.log(), 15, "the failed reload")
-        assert status("alice-rotated-token") == 200
-        assert server.proc.poll() is None
 
 
 # -- schemathesis with auth on --------------------------------------------------------------
