@@ -33,6 +33,7 @@ def position_key(position: Position) -> int:
 
 
 def key_position(key: int) -> Position:
+    """The position a :func:`position_key` stands for."""
     return Position(key >> 64, key & _ENTRY_MASK)
 
 

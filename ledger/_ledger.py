@@ -10,6 +10,7 @@ remote tier and offload bookkeeping are :class:`~ledger._tiers.LedgerTiers`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -176,19 +177,41 @@ class ManagedLedger(LedgerReads):
     def prepare_data(
         self, batch: WriteBatch, payloads: Sequence[bytes], txn_seq: int | None
     ) -> list[Position]:
-        """:meth:`prepare_append` for data entries of one transaction (or none): the
-        common case, with one rollover check for the whole list when it fits."""
+        """:meth:`prepare_append` for data entries of one transaction (or none), in runs
+        that each fill one ledger: the common case (it all fits) is one run."""
         current = self._ledgers[-1]
         count = len(payloads)
         size = sum(map(len, payloads)) if count > 1 else len(payloads[0])
-        base = current.entries
         if (
-            base + count > self.max_entries
-            or current.bytes + size - len(payloads[-1]) >= self.max_bytes
+            current.entries + count <= self.max_entries
+            and current.bytes + size - len(payloads[-1]) < self.max_bytes
         ):
-            return self.prepare_append(
-                batch, [(EntryKind.DATA, _txn(txn_seq), p) for p in payloads]
-            )
+            return self._add_run(batch, current, payloads, txn_seq, size)
+        positions: list[Position] = []
+        start = 0
+        while start < count:  # a ledger takes an entry while it holds < max_bytes before it
+            current = self._ledgers[-1]
+            if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
+                current = self._roll_over(batch, [])
+            room = self.max_entries - current.entries
+            sums = list(itertools.accumulate(map(len, payloads[start : start + room])))
+            n = min(len(sums), 1 + bisect.bisect_left(sums, self.max_bytes - current.bytes))
+            run = payloads[start : start + n]
+            positions += self._add_run(batch, current, run, txn_seq, sums[n - 1])
+            start += n
+        return positions
+
+    def _add_run(
+        self,
+        batch: WriteBatch,
+        current: LedgerInfo,
+        payloads: Sequence[bytes],
+        txn_seq: int | None,
+        size: int,
+    ) -> list[Position]:
+        """Append ``payloads`` (``size`` bytes) to the open ledger ``current``."""
+        count = len(payloads)
+        base = current.entries
         ledger_id = current.ledger_id
         current.entries = base + count
         current.bytes += size
@@ -338,7 +361,3 @@ class ManagedLedger(LedgerReads):
             if hi >= lo:
                 total += hi - lo + 1
         return total
-
-
-def _txn(seq: int | None) -> TxnId | None:
-    return None if seq is None else TxnId(seq)

@@ -38,6 +38,7 @@ from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
+from ._messages import RAW_BODY_MODELS
 from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
 _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload, _ui)
@@ -119,7 +120,11 @@ def _install_openapi(app: FastAPI) -> None:
             for path_item in schema.get("paths", {}).values():
                 for operation in path_item.values():
                     operation.get("responses", {}).pop("422", None)
-            components = schema.get("components", {}).get("schemas", {})
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in RAW_BODY_MODELS:  # bodies read raw: FastAPI did not see them
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(body.pop("$defs", {}))
+                components[model.__name__] = body
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
             if app.state.access.auth is not None:
