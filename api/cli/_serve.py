@@ -31,6 +31,7 @@ from api import Engine, EngineConfig
 
 from ._common import fail
 from ._config_flags import with_config_flags
+from ._connections import bounded_protocol, raise_file_limit
 from ._logging import log_config, startup_banner
 
 if TYPE_CHECKING:
@@ -201,7 +202,9 @@ def make_server(
         access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
         timeout_keep_alive=timeout_keep_alive,
-        limit_concurrency=limit_concurrency,
+        # our own bound (see _connections): refuses new connections, not the open ones
+        http=bounded_protocol(limit_concurrency) if limit_concurrency else "h11",
+        h11_max_incomplete_event_size=64 * 1024,  # request line and headers
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )
@@ -253,8 +256,8 @@ def serve(
         typer.Option(
             min=1,
             envvar="TXNSTREAM_LIMIT_CONCURRENCY",
-            help="Connections and requests served at once; past it new ones get 503 at once"
-            " while existing clients keep being served.",
+            help="Open connections at most: past it a new connection gets 503 and is closed"
+            " at once while the open ones keep being served.",
         ),
     ] = 1000,
     timeout_keep_alive: Annotated[
@@ -262,7 +265,7 @@ def serve(
         typer.Option(
             min=1,
             envvar="TXNSTREAM_TIMEOUT_KEEP_ALIVE",
-            help="Seconds an idle keep-alive connection is kept open.",
+            help="Seconds a connection may stay idle (before its first request too).",
         ),
     ] = 30,
     engine_settings: dict[str, Any] | None = None,
@@ -294,6 +297,13 @@ def serve(
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
+    files = raise_file_limit()
+    if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
+        fail(
+            f"--limit-concurrency {limit_concurrency} needs more open files than this"
+            f" process may have ({files}); lower it or raise the limit (ulimit -n)",
+            2,
+        )
     try:
         server = make_server(
             data,

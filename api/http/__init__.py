@@ -10,6 +10,7 @@ from ._app import create_app
 from ._auth import Authenticator, AuthFileError, token_digest
 from ._edge import ASGIApp, Drain, Message, Receive, Scope, Send, send_error
 from ._errors import ERROR_TABLE
+from ._json import error_body
 
 __all__ = [
     "ASGIApp",
@@ -23,6 +24,7 @@ __all__ = [
     "Scope",
     "Send",
     "create_app",
+    "error_body",
     "is_loopback",
     "send_error",
     "token_digest",
