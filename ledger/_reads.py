@@ -66,17 +66,7 @@ class LedgerReads(LedgerTiers):
             return []
         if start.ledger_id > self._remote_upto:  # the local path: one comparison more
             generation = self._tier_generation
-            rows = await self.store.read(
-                _SELECT_RANGE,
-                (
-                    self.topic_id,
-                    start.ledger_id,
-                    start.entry_id,
-                    end.ledger_id,
-                    end.entry_id,
-                    limit,
-                ),
-            )
+            rows = await self._select_range(start, end, limit)
             if generation == self._tier_generation:
                 return [decode_row(row) for row in rows]
         while True:  # the range may touch the remote tier (or a ledger just switched)
@@ -86,18 +76,15 @@ class LedgerReads(LedgerTiers):
                 return entries
 
     async def _read_local(self, start: Position, end: Position, limit: int) -> list[Entry]:
-        rows = await self.store.read(
+        return [decode_row(row) for row in await self._select_range(start, end, limit)]
+
+    async def _select_range(self, start: Position, end: Position, limit: int) -> list[Row]:
+        """Local rows with ``start <= position <= end``, in order, at most ``limit``."""
+        rows: list[Row] = await self.store.read(
             _SELECT_RANGE,
-            (
-                self.topic_id,
-                start.ledger_id,
-                start.entry_id,
-                end.ledger_id,
-                end.entry_id,
-                limit,
-            ),
+            (self.topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
         )
-        return [decode_row(row) for row in rows]
+        return rows
 
     async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row] | None:
         """:meth:`read` without decoding: ``(ledger_id, entry_id, kind, txn seq, payload)``
@@ -109,17 +96,7 @@ class LedgerReads(LedgerTiers):
         if start.ledger_id <= self._remote_upto:
             return None
         generation = self._tier_generation
-        rows: list[Row] = await self.store.read(
-            _SELECT_RANGE,
-            (
-                self.topic_id,
-                start.ledger_id,
-                start.entry_id,
-                end.ledger_id,
-                end.entry_id,
-                limit,
-            ),
-        )
+        rows = await self._select_range(start, end, limit)
         return rows if generation == self._tier_generation else None
 
     async def _read_tiered(self, start: Position, end: Position, limit: int) -> list[Entry]:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import queue
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,3 +328,47 @@ class ServeSubprocess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ChildLines:
+    """A Python child of the repository (``python *args``, stderr to ``log``) whose
+    stdout lines a thread queues in :attr:`lines` (``None`` once it closes): the crash
+    tests read a child's acknowledgements line by line, then ``kill -9`` it."""
+
+    def __init__(self, args: Sequence[str], log: Path, name: str) -> None:
+        repo = Path(__file__).resolve().parents[1]
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=err
+            )
+        assert self.proc.stdout is not None
+        self._stdout = self.proc.stdout
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self._pump = threading.Thread(target=self._read, name=name, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def kill(self) -> int:
+        """SIGKILL the child (if still running), wait for it; its return code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        code = self.proc.wait(timeout=30)
+        self._pump.join(timeout=30)
+        self._stdout.close()
+        return code
+
+    def rest(self) -> list[bytes]:
+        """The lines queued and not taken yet (call after :meth:`kill`)."""
+        out = []
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return out
+            if line is not None:
+                out.append(line)

@@ -8,6 +8,11 @@ Here the check happens when a connection is accepted: past the bound it gets a 5
 ``unavailable`` and is closed at once, and the connections already open carry on. A
 connection that sends nothing within the keep-alive time is closed, as an idle
 keep-alive connection is.
+
+On SIGTERM uvicorn closes an idle connection at once: a request already on its way
+over it would meet a closed connection. Here an idle connection stays open for
+:data:`SHUTDOWN_GRACE` seconds more and answers whatever arrives with 503
+``unavailable`` (``connection: close``); requests in progress finish as usual.
 """
 
 from __future__ import annotations
@@ -17,11 +22,29 @@ import logging
 import resource
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
 from api.http import error_body
 
 log = logging.getLogger("txnstream.serve")
+
+SHUTDOWN_GRACE = 1.0
+"""Seconds an idle connection keeps answering 503 after shutdown began."""
+
+_SHUTDOWN_BODY = error_body("unavailable", "the server is shutting down; retry elsewhere or later")
+
+
+async def _shutting_down(scope: Any, receive: Any, send: Any) -> None:
+    """The ASGI app of a connection after shutdown began: 503, then close."""
+    if scope["type"] != "http":
+        return
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(_SHUTDOWN_BODY)).encode("ascii")),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": _SHUTDOWN_BODY})
+
 
 _BODY = error_body("unavailable", "the server has too many open connections; retry shortly")
 BUSY_RESPONSE = (
@@ -33,11 +56,24 @@ BUSY_RESPONSE = (
 )
 
 
-def bounded_protocol(max_connections: int) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with at most ``max_connections`` open at once."""
-    refusals = [float("-inf"), 0]  # when the last warning was logged, refusals since
+def _base_protocol() -> type[Any]:
+    """uvicorn's fastest HTTP/1.1 protocol here: httptools' if installed, else h11's."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover - httptools is a dependency
+        from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class BoundedH11Protocol(H11Protocol):
+        return H11Protocol
+    return HttpToolsProtocol
+
+
+def bounded_protocol(max_connections: int) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with at most ``max_connections`` open at once, a
+    deadline before the first request, and a 503 grace period on shutdown."""
+    refusals = [float("-inf"), 0]  # when the last warning was logged, refusals since
+    base = _base_protocol()
+
+    class BoundedProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > max_connections:
@@ -60,7 +96,18 @@ def bounded_protocol(max_connections: int) -> type[asyncio.Protocol]:
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
 
-    return BoundedH11Protocol
+        def shutdown(self) -> None:
+            if self.cycle is None or self.cycle.response_complete:
+                self.app = _shutting_down  # what arrives from now on gets a 503
+                self.loop.call_later(SHUTDOWN_GRACE, self._end_grace)
+            else:
+                super().shutdown()  # closes after the response in progress
+
+        def _end_grace(self) -> None:
+            if not self.transport.is_closing():
+                super().shutdown()
+
+    return BoundedProtocol
 
 
 def raise_file_limit() -> int:

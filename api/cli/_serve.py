@@ -203,8 +203,7 @@ def make_server(
         timeout_graceful_shutdown=35,
         timeout_keep_alive=timeout_keep_alive,
         # our own bound (see _connections): refuses new connections, not the open ones
-        http=bounded_protocol(limit_concurrency) if limit_concurrency else "h11",
-        h11_max_incomplete_event_size=64 * 1024,  # request line and headers
+        http=bounded_protocol(limit_concurrency) if limit_concurrency else "auto",
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )

@@ -101,6 +101,22 @@ Positions are strings `"L:E"` (ledger id, entry id). Errors are
 A server run with `--auth` wants `Authorization: Bearer <token>` on every request but
 `GET /v1/health`: 401 `unauthorized` without a known token, 403 `forbidden` without the
 permission (a grant on the topic, the transaction's owner, admin for `/metrics`).
+
+**Limits and input rules**, each applied before anything is stored:
+- a produce or batch request holds at most 10,000 messages (`serve
+  --max-messages-per-request`) and a body at most 32 MiB: 413 `too_large`;
+- `receive` and `fetch` answer at most `max_bytes` of messages (default 8 MiB, at most
+  64 MiB), and always at least one;
+- non-finite numbers (`NaN`, `Infinity`, `1e400`) and lone surrogates (`"\\udc00"`)
+  anywhere in a body: 400 `invalid_request`;
+- topic and subscription names `.` and `..` are invalid; a seek past the end of the log
+  behaves as `latest`;
+- while the disk is nearly full, writes get 507 `insufficient_storage` and reads go on;
+  `GET /v1/health` is 200 `ok` only while writes are accepted, else 503 with `degraded`,
+  `recovering` or `failed` and a `reason`;
+- past `serve --limit-concurrency` open connections a new connection gets 503
+  `unavailable` and is closed; after SIGTERM, requests get 503 `unavailable` while those
+  in progress finish.
 """
 
 

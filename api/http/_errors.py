@@ -88,7 +88,8 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         " `Origin` (`forbidden`).",
         404: "Unknown topic, subscription or transaction (`not_found`).",
         409: "`txn_not_open`, `fenced` or `conflict`.",
-        413: "Message value or request body too large (`too_large`).",
+        413: "Message value, request body or message count too large (`too_large`).",
+        507: "The disk is nearly full: new data is refused, reads go on (`insufficient_storage`).",
         503: "The engine is closed or failed (`unavailable`).",
     }
     return {

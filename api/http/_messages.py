@@ -50,7 +50,7 @@ def request_body(model: type[BaseModel]) -> dict[str, Any]:
 @router.post(
     "/v1/topics/{topic}/messages",
     response_model=ProduceResponse,
-    responses=responses(400, 404, 409, 413),
+    responses=responses(404, 409, 413, 507),
     openapi_extra=request_body(ProduceRequest),
 )
 async def produce(topic: TopicName, request: Request) -> Response:
@@ -74,7 +74,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
 @router.post(
     "/v1/batches",
     response_model=BatchResponse,
-    responses=responses(400, 404, 413),
+    responses=responses(404, 413, 507),
     tags=["messages"],
     openapi_extra=request_body(BatchRequest),
 )

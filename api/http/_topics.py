@@ -21,7 +21,7 @@ router = APIRouter(tags=["topics"])
     "/v1/topics/{topic}",
     response_model=TopicResponse,
     status_code=201,
-    responses={200: {"model": TopicResponse, "description": "It existed."}, **responses()},
+    responses={200: {"model": TopicResponse, "description": "It existed."}, **responses(507)},
 )
 async def create_topic(
     topic: TopicName, request: Request, body: Annotated[TopicRequest | None, Body()] = None

@@ -31,17 +31,6 @@ SCHEMA_DDL = (
     "position STRING, ledger_id BIGINT, entry_id BIGINT, key STRING, value BINARY,"
     " value_json STRING, properties MAP<STRING, STRING>, txn STRING, publish_time TIMESTAMP"
 )
-COLUMNS = (
-    "position",
-    "ledger_id",
-    "entry_id",
-    "key",
-    "value",
-    "value_json",
-    "properties",
-    "txn",
-    "publish_time",
-)
 _MAP_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema(
     [

@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import drain, positions, wait_until
+from support import ChildLines, drain, positions, wait_until
 
 from api import Engine, EngineConfig, Message, Position, TxnNotFoundError
 from txn_buffer import TxnBuffer
@@ -54,28 +50,9 @@ def run_child_until_commits(
     data: Path, commits: int, snapshots: tuple[int, float], log_path: Path
 ) -> ChildRun:
     """Start the child, read its events until ``commits`` commits returned, SIGKILL it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     every, interval = snapshots
     args = [str(CHILD), str(data), str(TXN_TIMEOUT), str(WORKERS), str(every), str(interval)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
-    assert proc.stdout is not None
-    stdout = proc.stdout
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in stdout:
-            lines.put(line)
-        lines.put(None)
-
-    reader = threading.Thread(target=pump, name="crash-child-stdout", daemon=True)
-    reader.start()
+    child = ChildLines(args, log_path, "crash-child-stdout")
     raw: list[bytes] = []
     acknowledged = 0
     deadline = time.monotonic() + CHILD_DEADLINE
@@ -83,7 +60,7 @@ def run_child_until_commits(
         while acknowledged < commits:
             remaining = deadline - time.monotonic()
             try:
-                line = lines.get(timeout=max(remaining, 0.001))
+                line = child.lines.get(timeout=max(remaining, 0.001))
             except queue.Empty:
                 raise AssertionError(
                     f"child acknowledged {acknowledged}/{commits} commits in {CHILD_DEADLINE}s"
@@ -93,22 +70,10 @@ def run_child_until_commits(
             raw.append(line)
             if b'"committed"' in line:
                 acknowledged += 1
-        proc.send_signal(signal.SIGKILL)
-        returncode = proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    reader.join(timeout=30)
+        returncode = child.kill()
     # Lines written before the kill count as well: each was printed after its call returned.
-    while True:
-        try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            break
-        if line is not None:
-            raw.append(line)
-    stdout.close()
+    raw += child.rest()
     events = []
     for line in raw:
         if line.endswith(b"\n"):  # a line cut by the kill was never acknowledged

@@ -13,18 +13,13 @@ orphan of the interrupted upload replaced or removed).
 from __future__ import annotations
 
 import json
-import os
 import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import drain
+from support import ChildLines, drain
 
 from api import Engine, EngineConfig
 from ledger import OffloadStore, sidecar_url
@@ -37,26 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_child(data: Path, url: str, mode: str, log: Path) -> list[dict[str, Any]]:
     """Run the child until its kill point, SIGKILL it, return its events."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(data), url, mode],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=err,
-        )
-    assert proc.stdout is not None
-    stdout = proc.stdout
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in stdout:
-            lines.put(line)
-        lines.put(None)
-
-    pumping = threading.Thread(target=pump, name="offload-child-stdout", daemon=True)
-    pumping.start()
+    child = ChildLines([str(CHILD), str(data), url, mode], log, "offload-child-stdout")
+    lines = child.lines
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     offloaded = 0
@@ -80,10 +57,7 @@ def run_child(data: Path, url: str, mode: str, log: Path) -> list[dict[str, Any]
         else:
             raise AssertionError("the child did not reach its kill point in time")
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        pumping.join(timeout=10)
-        stdout.close()
+        child.kill()
     assert events, log.read_text()
     return events
 

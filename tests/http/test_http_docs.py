@@ -77,3 +77,32 @@ def test_the_contract_the_api_cites_is_in_the_repository() -> None:
     text = (REPO / "docs" / "http-api.md").read_text()
     for heading in ["## Errors", "## Producing", "## Transactions", "## Range fetch"]:
         assert heading in text
+
+
+async def test_openapi_states_the_limits_and_input_rules(http: httpx.AsyncClient) -> None:
+    """Issue 10's rules are in the document a client generator or a reader sees."""
+    doc = (await http.get("/openapi.json")).json()
+    text = doc["info"]["description"]
+    for rule in (
+        "10,000 messages",
+        "32 MiB",
+        "`max_bytes`",
+        "NaN",
+        "lone surrogates",
+        "`latest`",
+        "507 `insufficient_storage`",
+        "`degraded`",
+        "--limit-concurrency",
+    ):
+        assert rule in text, rule
+    for path in ("/v1/topics/{topic}/messages", "/v1/batches"):
+        operation = doc["paths"][path]["post"]
+        assert {"400", "413", "507"} <= set(operation["responses"]), path
+        ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"]
+    receive = doc["paths"]["/v1/topics/{topic}/subscriptions/{sub}/messages"]["get"]
+    fetch = doc["paths"]["/v1/topics/{topic}/fetch"]["get"]
+    for operation in (receive, fetch):
+        (max_bytes,) = [p for p in operation["parameters"] if p["name"] == "max_bytes"]
+        assert max_bytes["schema"]["maximum"] == 64 * 1024 * 1024
+        assert max_bytes["schema"]["default"] == 8 * 1024 * 1024
