@@ -138,4 +138,6 @@ def _parse(
                 check_json_value(message.value)
             except ValueError as exc:
                 raise InvalidArgumentError(f"messages.{index}.value: {exc}") from None
-    return body, [(getattr(m, "topic", ""), outgoing(m, max_message_bytes)) for m in messages]
+    if isinstance(body, BatchRequest):
+        return body, [(m.topic, outgoing(m, max_message_bytes)) for m in body.messages]
+    return body, [("", outgoing(m, max_message_bytes)) for m in messages]
