@@ -372,3 +372,18 @@ class ChildLines:
                 return out
             if line is not None:
                 out.append(line)
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m api serve --port <free> *args`` to its end (for the ways it must
+    refuse to start); its output captured as text."""
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [sys.executable, "-m", "api", "serve", "--port", str(free_port()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo), **(env or {})},
+        check=False,
+    )

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import free_port, wait_for
+from support import free_port, run_serve, wait_for
 
 from ledger import OffloadStore, sidecar_url
 
@@ -163,23 +163,7 @@ def test_kill_a_serving_server_mid_offload_then_recover(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_a_bad_offload_url(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "api",
-            "serve",
-            "--data",
-            str(tmp_path / "d"),
-            "--offload-url",
-            "ftp://elsewhere/x",
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_serve("--data", str(tmp_path / "d"), "--offload-url", "ftp://elsewhere/x")
     assert done.returncode != 0
     assert "offload_url" in done.stderr
     assert not (tmp_path / "d").exists()

@@ -6,36 +6,18 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from support import AUTH_TOKENS, ServeSubprocess, bearer, free_port, wait_for, write_auth_file
+from support import AUTH_TOKENS, ServeSubprocess, bearer, run_serve, wait_for, write_auth_file
 
 # -- binding, TLS, reload -------------------------------------------------------------------
 
 
 def _serve(tmp_path: Path, *args: str) -> Any:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "api",
-            "serve",
-            "--data",
-            str(tmp_path / "d"),
-            "--port",
-            str(free_port()),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    return run_serve("--data", str(tmp_path / "d"), *args)
 
 
 def test_a_non_loopback_bind_needs_auth_or_insecure(tmp_path: Path) -> None:

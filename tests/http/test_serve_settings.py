@@ -12,24 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from support import free_port
+from support import run_serve
 
 from api import EngineConfig
 from api.cli._config_flags import HELP
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "api", "serve", "--port", str(free_port()), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        check=False,
-    )
 
 
 def test_every_engine_setting_is_a_flag_and_an_environment_variable() -> None:
@@ -72,7 +60,7 @@ def test_bad_settings_and_paths_are_one_line_errors(tmp_path: Path) -> None:
         (("--data", str(tmp_path / "d"), "--durability", "sometimes"), "durability"),
         (("--data", str(tmp_path / "d"), "--max-message-bytes", "0"), "max_message_bytes"),
     ]:
-        done = _serve(*args)
+        done = run_serve(*args)
         assert done.returncode != 0
         assert words in done.stderr, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
@@ -97,7 +85,7 @@ def test_a_second_server_on_the_same_directory_exits_and_changes_nothing(
     assert sent.status_code == 200
     httpx.get(f"{first.url}/v1/topics/t/stats", timeout=5)
     before = _fingerprint(first.data)
-    second = _serve("--data", str(first.data))
+    second = run_serve("--data", str(first.data))
     assert second.returncode != 0
     assert "locked" in second.stderr + second.stdout
     assert f"pid {first.proc.pid}" in second.stderr + second.stdout

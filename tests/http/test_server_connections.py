@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import ServeSubprocess, wait_for
+from support import ServeSubprocess, run_serve, wait_for
 
 LIMIT = 20
 IDLE_SECONDS = 5
@@ -80,27 +80,7 @@ def test_idle_crowd_is_refused_while_connected_clients_are_served(
 
 
 def test_a_limit_beyond_the_file_limit_is_refused_at_start(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "api",
-            "serve",
-            "--data",
-            str(tmp_path / "d"),
-            "--port",
-            "1",
-            "--limit-concurrency",
-            str(10**9),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    done = run_serve("--data", str(tmp_path / "d"), "--limit-concurrency", str(10**9))
     assert done.returncode == 2
     assert "needs more open files than this process may have" in done.stderr
     assert "Traceback" not in done.stderr
