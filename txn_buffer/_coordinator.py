@@ -353,17 +353,37 @@ class Coordinator(TxnTable):
         store = self._store
         store.check_writable()
         batch = store.batch  # the decisions join the flush that carries their data
+        decided: list[Callable[[], None]] = []
         for record in commits:
-            self._prepare_end(batch, record, commit=True, reason=reason)
+            decided.append(self._prepare_end(batch, record, commit=True, reason=reason, later=True))
         for record in aborts:
-            self._prepare_end(batch, record, commit=False, reason=reason)
+            decided.append(
+                self._prepare_end(batch, record, commit=False, reason=reason, later=True)
+            )
+        if decided:
+            # one callback for all: the markers of each topic then share one buffer
+            # update (a finish of 10,000 transactions is two steps, not 20,000 closures)
+            def publish() -> None:
+                for one in decided:
+                    one()
+
+            batch.on_durable(publish)
         if extra is not None:
             extra(batch)
         await store.write(batch)
 
     def _prepare_end(
-        self, batch: WriteBatch, record: TxnRecord, *, commit: bool, reason: str
-    ) -> None:
+        self,
+        batch: WriteBatch,
+        record: TxnRecord,
+        *,
+        commit: bool,
+        reason: str,
+        later: bool = False,
+    ) -> Callable[[], None]:
+        """Add ``record``'s decision to ``batch``; the returned callback publishes it
+        once durable (registered on the batch here unless ``later``: then the caller
+        registers it, after every other decision of the batch)."""
         target, final = (
             (TxnState.COMMITTING, TxnState.COMMITTED)
             if commit
@@ -390,7 +410,9 @@ class Coordinator(TxnTable):
                 self.on_ended(record, commit)
             self._retire(record)
 
-        batch.on_durable(decided)
+        if not later:
+            batch.on_durable(decided)
+        return decided
 
     # -- timeouts and housekeeping ---------------------------------------------------
 
