@@ -18,14 +18,23 @@ noise from other processes on the machine spreads over all of them.
 from __future__ import annotations
 
 import asyncio
-import gc
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 
 from api import Engine, EngineConfig
 
-from .core import Figure, Samples, Settings, Target, fresh_dir, group, make_values, progress
+from .core import (
+    Figure,
+    Samples,
+    Settings,
+    Target,
+    collect_garbage,
+    fresh_dir,
+    group,
+    make_values,
+    progress,
+)
 
 TOPIC = "bench"
 PRODUCERS = 8
@@ -69,7 +78,7 @@ def measure_engine(
         with fresh_dir(tag) as path:
             async with Engine.open(path, EngineConfig()) as engine:
                 await engine.create_topic(TOPIC)
-                gc.collect()
+                collect_garbage()
                 started = time.perf_counter()
                 await workload(engine, batches)
                 elapsed = time.perf_counter() - started
@@ -107,7 +116,7 @@ def measure_ceiling(batches: list[list[bytes]]) -> float:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA cache_size=-65536")  # as the engine's writer
             conn.execute(_CEILING_DDL)
-            gc.collect()
+            collect_garbage()
             started = time.perf_counter()
             entry_id = 0
             for txn, batch in enumerate(batches):

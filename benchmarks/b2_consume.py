@@ -12,14 +12,23 @@ of the two passes alternates from run to run.
 from __future__ import annotations
 
 import asyncio
-import gc
 import sqlite3
 import time
 from pathlib import Path
 
 from api import Engine, EngineConfig
 
-from .core import Figure, Samples, Settings, Target, fresh_dir, group, make_values, progress
+from .core import (
+    Figure,
+    Samples,
+    Settings,
+    Target,
+    collect_garbage,
+    fresh_dir,
+    group,
+    make_values,
+    progress,
+)
 
 TOPIC = "bench"
 TXN_SIZE = 10
@@ -51,7 +60,7 @@ async def drain(path: Path, isolation: str, expected: int) -> float:
         sub = await engine.subscribe(
             TOPIC, f"drain-{isolation}", isolation=isolation, initial_position="earliest"
         )
-        gc.collect()
+        collect_garbage()
         received = 0
         started = time.perf_counter()
         while received < expected:
@@ -83,7 +92,7 @@ def raw_read(path: Path, committed: int, total_rows: int) -> float:
         (topic_id,) = conn.execute(
             "SELECT topic_id FROM topics WHERE name = ?", (TOPIC,)
         ).fetchone()
-        gc.collect()
+        collect_garbage()
         rows = 0
         ledger, entry = -1, -1
         started = time.perf_counter()

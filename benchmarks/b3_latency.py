@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from .core import (
     Samples,
     Settings,
     Target,
+    collect_garbage,
     fresh_dir,
     group,
     make_values,
@@ -58,7 +58,7 @@ async def measure_latencies(path: Path, iterations: int) -> list[float]:
 
         consumer = asyncio.create_task(consume(), name="b3-consumer")
         latencies: list[float] = []
-        gc.collect()
+        collect_garbage()
         try:
             for i in range(WARMUP + iterations):
                 arrival = arrivals[i] = loop.create_future()

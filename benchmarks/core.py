@@ -456,3 +456,9 @@ def stall_phase(name: str, *, watched: bool = True) -> Iterator[None]:
     finally:
         STALLS.phase, STALLS.watching = saved
         STALLS.mixed = STALLS.mixed or not watched
+
+
+def collect_garbage() -> None:
+    """``gc.collect()`` before a timed section: harness work, not an engine stall (L1)."""
+    with stall_phase("gc", watched=False):
+        gc.collect()

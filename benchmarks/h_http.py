@@ -60,7 +60,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import gc
 import itertools
 import json
 import shutil
@@ -76,6 +75,7 @@ from benchmarks.core import (
     VALUE_SIZE,
     Figure,
     Target,
+    collect_garbage,
     format_table,
     make_values,
     percentile,
@@ -157,7 +157,7 @@ async def drive(op: Op, ops: int, concurrency: int = CONCURRENCY) -> int:
 async def timed(op: Op, ops: int, batch: int, server: Server | None) -> Timed:
     """Warm up (2 x concurrency operations, untimed), then time ``ops`` operations."""
     await drive(op, WARMUP_OPS)
-    gc.collect()
+    collect_garbage()
     server_cpu = server.cpu_seconds() if server is not None else 0.0
     cpu = time.process_time()
     started = time.perf_counter()
@@ -341,7 +341,7 @@ async def run_h2(url: str, iterations: int, generator: str) -> list[float]:
 
         consumer = asyncio.create_task(consume(), name="h2-consumer")
         latencies: list[float] = []
-        gc.collect()
+        collect_garbage()
         try:
             for i in range(H2_WARMUP + iterations):
                 await asyncio.wait_for(polling.wait(), timeout=10.0)

@@ -4,7 +4,6 @@ figures and method are described in :mod:`benchmarks.r_recovery`, which runs the
 from __future__ import annotations
 
 import asyncio
-import gc
 import shutil
 import statistics
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from api import Engine, EngineConfig
-from benchmarks.core import Figure, Target, progress, stall_phase
+from benchmarks.core import Figure, Target, collect_garbage, progress, stall_phase
 from ledger import EntryKind, Position, TxnId, WriteBatch
 from snapshots import SEGMENT_SIZE, take_snapshot
 from txn_buffer import AbortedTxn, Topic
@@ -122,7 +121,7 @@ async def r2_series(path: Path, retained: int, policy: bool) -> Series:
         with stall_phase("R2 synthetic setup", watched=False):  # harness, not the engine
             synthetic = await synthetic_topic(engine, f"r2-{retained}", retained)
         topic = synthetic.topic
-        gc.collect()
+        collect_garbage()
         written, prepare_ms, write_ms = await snapshot_once(engine, topic)
         series.initial_bytes, series.initial_ms = written, prepare_ms + write_ms
         series.segments = len(engine._snapshots[topic.topic_id].segments)
@@ -182,7 +181,7 @@ def r2(quick: bool, runs: int, work: Path) -> tuple[list[Figure], dict[str, Any]
                 f" (prepare {statistics.median(series.prepare_ms):.2f} ms; a one-row commit"
                 f" {floor:.2f} ms){policy}"
             )
-            gc.collect()
+            collect_garbage()
     base = _label(scales[0])
     figures: list[Figure] = []
     head = by_scale[headline]

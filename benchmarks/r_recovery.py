@@ -59,7 +59,6 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import argparse
 import asyncio
 import contextlib
-import gc
 import inspect
 import json
 import shutil
@@ -78,6 +77,7 @@ from api import Engine, EngineConfig, OutgoingMessage
 from benchmarks.core import (
     Figure,
     Target,
+    collect_garbage,
     format_table,
     make_values,
     progress,
@@ -195,7 +195,7 @@ class Opened:
 
 async def timed_open(path: Path, phases: dict[str, float] | None = None) -> Opened:
     """Wall time of ``Engine.open`` (recovery included), and what it recovered."""
-    gc.collect()
+    collect_garbage()
     started = time.perf_counter()
     engine = await Engine.open(path, EngineConfig())
     seconds = time.perf_counter() - started

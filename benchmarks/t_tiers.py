@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import shutil
 import sqlite3
@@ -39,6 +38,7 @@ from .core import (
     Samples,
     Settings,
     Target,
+    collect_garbage,
     fresh_dir,
     group,
     make_values,
@@ -122,7 +122,7 @@ def _ceiling(path: Path, out: Path) -> tuple[float, int]:
 async def _offload(path: Path, url: str) -> tuple[float, int]:
     async with Engine.open(path, _config(url)) as engine:
         size = sum(i["bytes"] for i in await engine.list_ledgers(TOPIC))
-        gc.collect()
+        collect_garbage()
         started = time.perf_counter()
         done = await engine.offload(TOPIC)
         elapsed = time.perf_counter() - started
@@ -154,7 +154,7 @@ async def _build_txns(path: Path, count: int, ledger_entries: int) -> int:
 async def _drain(path: Path, url: str | None, expected: int) -> float:
     async with Engine.open(path, _config(url)) as engine:
         sub = await engine.subscribe(TOPIC, "drain")
-        gc.collect()
+        collect_garbage()
         received = 0
         started = time.perf_counter()
         while received < expected:

@@ -22,13 +22,22 @@ The ``X1-*-us`` figures are the per-message costs in microseconds behind the rat
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from pathlib import Path
 
 from api import Engine, EngineConfig, SubscriptionHandle
 
-from .core import Figure, Samples, Settings, Target, fresh_dir, group, make_values, progress
+from .core import (
+    Figure,
+    Samples,
+    Settings,
+    Target,
+    collect_garbage,
+    fresh_dir,
+    group,
+    make_values,
+    progress,
+)
 
 TXN_SIZE = 10
 _VALUES = make_values(1000)
@@ -50,7 +59,7 @@ async def _topics_cost(path: Path, topics: int, count: int) -> float:
         for name in names:
             await engine.create_topic(name)
     async with Engine.open(path, EngineConfig()) as engine:  # recovers every topic
-        gc.collect()
+        collect_garbage()
         started = time.perf_counter()
         await _produce(engine, names, count)
         return (time.perf_counter() - started) / count
@@ -65,7 +74,7 @@ async def _open_txns_cost(path: Path, open_txns: int, count: int) -> float:
             await txn.send("x1", _VALUES[n % len(_VALUES)])
             held.append(txn)
         await engine.store.flush()
-        gc.collect()
+        collect_garbage()
         started = time.perf_counter()
         await _produce(engine, ["x1"], count)
         cost = (time.perf_counter() - started) / count
@@ -94,7 +103,7 @@ async def _subs_cost(path: Path, subscriptions: int, count: int) -> float:
                 received += len(messages)
                 await sub.ack(messages[-1].position, cumulative=True)
 
-        gc.collect()
+        collect_garbage()
         started = time.perf_counter()
         async with asyncio.TaskGroup() as tasks:
             for sub in handles:
