@@ -297,12 +297,9 @@ def serve(
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
     files = raise_file_limit()
+    asked = limit_concurrency
     if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
-        fail(
-            f"--limit-concurrency {limit_concurrency} needs more open files than this"
-            f" process may have ({files}); lower it or raise the limit (ulimit -n)",
-            2,
-        )
+        limit_concurrency = max(1, files - 64)
     try:
         server = make_server(
             data,
@@ -319,6 +316,14 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
+    if limit_concurrency < asked:
+        log.warning(
+            "--limit-concurrency %d needs more open files than this process may have (%d):"
+            " serving at most %d connections (raise the limit with ulimit -n)",
+            asked,
+            files,
+            limit_concurrency,
+        )
     if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
         log.warning("serving %s without authentication (--insecure)", host)
     elif access.auth is not None:
