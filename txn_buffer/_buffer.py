@@ -57,20 +57,7 @@ class AbortedTxn(tuple):  # type: ignore[type-arg]
         marker: Position,
         stable: Position | None,
     ) -> AbortedTxn:
-        return _new_tuple(
-            cls,
-            (
-                txn_id.seq,
-                first.ledger_id,
-                first.entry_id,
-                last.ledger_id,
-                last.entry_id,
-                marker.ledger_id,
-                marker.entry_id,
-                None if stable is None else stable.ledger_id,
-                None if stable is None else stable.entry_id,
-            ),
-        )
+        return _new_tuple(cls, _row(txn_id, first, last, marker, stable))
 
     @property
     def txn_id(self) -> TxnId:
@@ -111,6 +98,22 @@ _new_tuple = tuple.__new__
 AbortedRow = tuple[int, int, int, int, int, int, int, int | None, int | None]
 """How the buffer retains an aborted transaction: :class:`AbortedTxn`'s ints, as an
 exact tuple (which the garbage collector stops tracking)."""
+
+
+def _row(
+    txn_id: TxnId, first: Position, last: Position, marker: Position, stable: Position | None
+) -> AbortedRow:
+    return (
+        txn_id.seq,
+        first.ledger_id,
+        first.entry_id,
+        last.ledger_id,
+        last.entry_id,
+        marker.ledger_id,
+        marker.entry_id,
+        None if stable is None else stable.ledger_id,
+        None if stable is None else stable.entry_id,
+    )
 
 
 def _wrap(row: AbortedRow) -> AbortedTxn:
@@ -178,14 +181,8 @@ class TxnBuffer:
                 if open_txn is not None:
                     self._ongoing_order.remove((open_txn.first, txn_id))
                     if kind is EntryKind.ABORT:
-                        aborted = tuple(
-                            AbortedTxn(
-                                txn_id,
-                                open_txn.first,
-                                open_txn.last,
-                                position,
-                                self.max_read_position,
-                            )
+                        aborted = _row(
+                            txn_id, open_txn.first, open_txn.last, position, self.max_read_position
                         )
                         self._aborted[txn_id.seq] = aborted
                         self._aborted_by_marker.add(aborted)

@@ -72,28 +72,27 @@ class TxnTable:
         self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
         self._reserved_upto = self._durable_upto = self._next_seq
         horizon = now_ms() - self.ended_retention_ms
-        # Ended transactions beyond the newest ``ended_in_memory`` come back as outcomes
-        # only, from their small columns; the rest (open ones too) in full.
-        (ended, newest_ended), *_ = await self._store.read(
-            "SELECT count(*), max(seq) FROM txns WHERE state != 'open' AND ended_ms >= ?",
-            (horizon,),
-        )
+        # Ended transactions older than the newest ``ended_in_memory`` come back as
+        # outcomes only, from their small columns; the rest (open ones too) in full.
         boundary = -1  # ended ones with a seq below it are outcomes only
-        if ended > self._ended_in_memory:
-            if self._ended_in_memory <= 0:
-                boundary = newest_ended + 1
-            else:
-                ((boundary,),) = await self._store.read(
-                    "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
-                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                    (horizon, self._ended_in_memory - 1),
-                )
+        if self._ended_in_memory <= 0:
+            boundary = 1 << 62
+        else:
+            oldest_kept = await self._store.read(  # no row: they all fit in memory
+                "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
+                " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                (horizon, self._ended_in_memory - 1),
+            )
+            if oldest_kept:
+                boundary = oldest_kept[0][0]
+        if boundary >= 0:
             for seq, state, fenced, reason in await self._store.read(
                 "SELECT seq, state, fenced, reason FROM txns"
                 " WHERE state != 'open' AND ended_ms >= ? AND seq < ? ORDER BY seq",
                 (horizon, boundary),
             ):
                 self._keep_outcome(seq, state == "committed", fenced, reason)
+                self._next_seq = max(self._next_seq, seq + 1)
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
             " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
@@ -140,8 +139,6 @@ class TxnTable:
                 heapq.heappush(self._deadlines, (deadline_ms, seq))
             else:
                 self._ended.append(seq)
-        if newest_ended is not None:
-            self._next_seq = max(self._next_seq, newest_ended + 1)
         if rows:  # ordered by seq
             self._next_seq = max(self._next_seq, rows[-1][0] + 1)
         rows = await self._store.read("SELECT key FROM finish_keys")
