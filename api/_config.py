@@ -54,6 +54,10 @@ class EngineConfig:
     offloaded stay readable)."""
     offload_check_interval: float = 5.0
     """How often topics with an offload policy are checked for ledgers to offload."""
+    gc_freeze: bool = True
+    """Keep CPython's full garbage collections short: pause automatic collection while
+    recovering, then :func:`gc.freeze` what exists once open (undone when the last such
+    engine of the process closes). Process-wide; see ``api/_gc.py``."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):

@@ -153,6 +153,7 @@ class EngineCore:
         self._swept: set[int] = set()
         """Topics whose orphan objects were looked for since the store was (re)opened."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._gc_frozen = False
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
 

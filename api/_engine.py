@@ -39,6 +39,7 @@ from ledger import (
 from snapshots import is_due, take_snapshot
 from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 
+from . import _gc as gc_policy
 from ._admin import TopicAdmin
 from ._config import EngineConfig
 from ._consume import Consuming
@@ -80,7 +81,11 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         if self.state is not EngineState.UNOPENED:
             raise ClosedError("an engine cannot be reopened; make a new one")
         self.path.mkdir(parents=True, exist_ok=True)
-        await self._load()
+        with gc_policy.collection_paused(self.config.gc_freeze):
+            await self._load()
+        if self.config.gc_freeze:
+            gc_policy.freeze()
+            self._gc_frozen = True
         self.state = EngineState.OPEN
         self._start_background()
 
@@ -155,8 +160,13 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
             if batch:
                 self._store.submit(batch, wait=False)
         self._wake_all()  # waiting receivers leave with ClosedError
-        if self._store is not None:
-            await self._store.close()
+        try:
+            if self._store is not None:
+                await self._store.close()
+        finally:
+            if self._gc_frozen:
+                self._gc_frozen = False
+                gc_policy.release()
         self.state = EngineState.CLOSED
 
     async def __aenter__(self) -> Self:
@@ -222,6 +232,9 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
                 delay = min(delay * 2, 5.0)
                 continue
             break
+        if self._gc_frozen:  # the old state is garbage now: let collection reach it
+            self._gc_frozen = False
+            gc_policy.release()
         log.warning("recovered from a storage failure: %s", self._failure)
         self.state = EngineState.OPEN
         self._failure = None

@@ -59,6 +59,9 @@ from ._records import (
 from ._state import TxnState
 from ._table import TxnTable
 
+END_SLICE = 500
+"""Decisions prepared or published in one loop step at most (see ``_end_in_slices``)."""
+
 log = logging.getLogger("txnstream.coordinator")
 
 _MAX_LABEL = 200
@@ -352,6 +355,9 @@ class Coordinator(TxnTable):
                     raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
         store = self._store
         store.check_writable()
+        if len(commits) + len(aborts) > END_SLICE and not any(r.acks for r in (*commits, *aborts)):
+            await self._end_in_slices(commits, aborts, reason, extra)
+            return
         batch = store.batch  # the decisions join the flush that carries their data
         decided: list[Callable[[], None]] = []
         for record in commits:
@@ -384,17 +390,24 @@ class Coordinator(TxnTable):
         """Add ``record``'s decision to ``batch``; the returned callback publishes it
         once durable (registered on the batch here unless ``later``: then the caller
         registers it, after every other decision of the batch)."""
-        target, final = (
-            (TxnState.COMMITTING, TxnState.COMMITTED)
-            if commit
-            else (TxnState.ABORTING, TxnState.ABORTED)
-        )
+        target = TxnState.COMMITTING if commit else TxnState.ABORTING
         if not record.state.can_become(target):
             raise TxnNotOpenError(f"transaction {record.txn_id} is {record.state}")
-        ended = now_ms()
-        record.state, record.ended_ms = target, ended  # the row says final; memory catches up
+        record.state, record.ended_ms = target, now_ms()  # the row says final; memory catches up
         record.reason = reason
         self.write_row(batch, record)
+        decided = self._prepare_markers(batch, record, commit=commit)
+        if not later:
+            batch.on_durable(decided)
+        return decided
+
+    def _prepare_markers(
+        self, batch: WriteBatch, record: TxnRecord, *, commit: bool
+    ) -> Callable[[], None]:
+        """Add the markers (and ack effects) of ``record``'s decision, already made in
+        memory, to ``batch``; the returned callback publishes it once they are durable."""
+        final = TxnState.COMMITTED if commit else TxnState.ABORTED
+        ended = record.ended_ms
         kind = EntryKind.COMMIT if commit else EntryKind.ABORT
         for name in record.topics:
             topic = self._resolve_topic(name)
@@ -410,9 +423,53 @@ class Coordinator(TxnTable):
                 self.on_ended(record, commit)
             self._retire(record)
 
-        if not later:
-            batch.on_durable(decided)
         return decided
+
+    async def _end_in_slices(
+        self,
+        commits: list[TxnRecord],
+        aborts: list[TxnRecord],
+        reason: str,
+        extra: Callable[[WriteBatch], None] | None,
+    ) -> None:
+        """:meth:`_end` for many transactions (a mass timeout, a large ``finish``) in
+        steps of :data:`END_SLICE`, so that no loop step prepares or publishes them all.
+
+        The decision stays atomic: every row goes in one flush first (the coordinator's
+        decision record), then the markers follow topic-side in flushes of a slice each,
+        each publishing its slice once durable. A crash in between leaves decided rows
+        whose transactions the topics still hold open: recovery writes their markers
+        (:func:`reconcile`), as it does for any decision whose markers were lost.
+        Transactions with acks never come here (their cursor updates ride the decision).
+        """
+        store = self._store
+        plan = [(r, True) for r in commits] + [(r, False) for r in aborts]
+        ended = now_ms()
+        for record, commit in plan:  # one pass: no send or ack joins them from here on
+            record.state = TxnState.COMMITTING if commit else TxnState.ABORTING
+            record.ended_ms, record.reason = ended, reason
+        rows = WriteBatch()
+        for start in range(0, len(plan), END_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for record, _ in plan[start : start + END_SLICE]:
+                self.write_row(rows, record)
+        if extra is not None:
+            extra(rows)
+        await store.write(rows)
+        for start in range(0, len(plan), END_SLICE):
+            batch = store.batch
+            decided = [
+                self._prepare_markers(batch, record, commit=commit)
+                for record, commit in plan[start : start + END_SLICE]
+            ]
+
+            def publish(decided: list[Callable[[], None]] = decided) -> None:
+                for one in decided:
+                    one()
+
+            batch.on_durable(publish)
+            await store.write(batch)
 
     # -- timeouts and housekeeping ---------------------------------------------------
 

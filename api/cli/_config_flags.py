@@ -40,6 +40,7 @@ HELP = {
     "offload_url": "Object store for offloaded ledgers: a directory (file:///dir or a"
     " path) or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
     "offload_check_interval": "Seconds between background offload passes.",
+    "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
 }
 """One line of help per field (a test checks every field has one)."""
 

@@ -1,0 +1,94 @@
+"""The engine's garbage-collector policy (``EngineConfig.gc_freeze``): what exists once an
+engine is open is frozen out of full collections, collection resumes as the host had it,
+and the last close hands frozen objects back to the collector."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from api import Engine, EngineConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Node:
+    """An object in a reference cycle: only the cyclic collector can free it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture(autouse=True)
+def clean_collector() -> Iterator[None]:
+    gc.unfreeze()
+    enabled = gc.isenabled()
+    yield
+    gc.unfreeze()
+    if enabled:
+        gc.enable()
+
+
+def cycle() -> weakref.ref[Node]:
+    node = Node()
+    ref = weakref.ref(node)
+    del node
+    return ref
+
+
+async def test_an_open_engine_freezes_and_its_close_releases(tmp_path: Path) -> None:
+    gc.disable()  # no automatic collection between making the cycle and the freeze
+    garbage = cycle()  # unreachable already, but no collection has run
+    async with Engine.open(tmp_path / "d", EngineConfig()) as engine:
+        await engine.create_topic("t")
+        assert gc.get_freeze_count() > 0
+        gc.collect()
+        assert garbage() is not None, "a frozen cycle is not collected while open"
+        fresh = cycle()  # made after the freeze: collected as usual
+        gc.collect()
+        assert fresh() is None
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert garbage() is None, "after the last close the cycle is collected"
+
+
+async def test_the_last_of_several_engines_releases(tmp_path: Path) -> None:
+    first = await Engine.open(tmp_path / "a", EngineConfig())
+    second = await Engine.open(tmp_path / "b", EngineConfig())
+    await first.close()
+    assert gc.get_freeze_count() > 0, "one engine is still open"
+    await second.close()
+    assert gc.get_freeze_count() == 0
+    await second.close()  # idempotent: no second release
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("host_enabled", [True, False])
+async def test_the_hosts_collector_setting_is_kept(tmp_path: Path, host_enabled: bool) -> None:
+    if host_enabled:
+        gc.enable()
+    else:
+        gc.disable()
+    async with Engine.open(tmp_path / "d", EngineConfig()):
+        assert gc.isenabled() is host_enabled
+    assert gc.isenabled() is host_enabled
+
+
+async def test_gc_freeze_off_leaves_the_collector_alone(tmp_path: Path) -> None:
+    garbage = cycle()
+    async with Engine.open(tmp_path / "d", EngineConfig(gc_freeze=False)):
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert garbage() is None
+
+
+async def test_a_failed_open_releases_nothing_it_did_not_take(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(FileExistsError):
+        await Engine.open(tmp_path / "file", EngineConfig())
+    assert gc.get_freeze_count() == 0
+    assert gc.isenabled()
