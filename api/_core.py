@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dispatcher import SubscriptionRegistry
 from ledger import (
@@ -116,7 +116,8 @@ def parse_positions(positions: PositionsArg) -> list[Position]:
         return [Position.coerce(positions)]
     if not isinstance(positions, Sequence):
         raise InvalidArgumentError("positions must be a list")
-    return [Position.coerce(p) for p in positions]
+    items = cast("Sequence[Position | str]", positions)  # a Position (a tuple) went above
+    return [Position.coerce(p) for p in items]
 
 
 def check_values(values: Sequence[Any]) -> Sequence[Any]:

@@ -83,9 +83,9 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         self.path.mkdir(parents=True, exist_ok=True)
         with gc_policy.collection_paused(self.config.gc_freeze):
             await self._load()
-        if self.config.gc_freeze:
-            gc_policy.freeze()
-            self._gc_frozen = True
+            if self.config.gc_freeze:  # before collection resumes: the young generation
+                gc_policy.freeze()  # holds all the recovered objects until then
+                self._gc_frozen = True
         self.state = EngineState.OPEN
         self._start_background()
 

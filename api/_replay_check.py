@@ -85,7 +85,7 @@ class _BufferState:
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) and not isinstance(value, Position):
         return "(" + ", ".join(str(v) for v in value) + ")"
     return str(value)
 

@@ -34,6 +34,8 @@ def json_bytes(content: Any) -> bytes:
 
 
 def _sanitize(value: Any) -> Any:
+    if isinstance(value, Position):  # a tuple underneath: written "L:E" like everywhere
+        return str(value)
     if isinstance(value, dict):
         return {str(k): _sanitize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
