@@ -137,6 +137,16 @@ def txn_json(info: Any) -> dict[str, Any]:
     }
 
 
+def check_b64_size(text: str, max_message_bytes: int) -> None:
+    """:class:`TooLargeError` if base64 ``text`` decodes to more than the limit (checked
+    before decoding it)."""
+    decoded_size = len(text) // 4 * 3 - text[-2:].count("=")
+    if decoded_size > max_message_bytes:
+        raise TooLargeError(
+            f"message value of {decoded_size} bytes exceeds the limit of {max_message_bytes} bytes"
+        )
+
+
 def outgoing(message: MessageIn, max_message_bytes: int) -> OutgoingMessage:
     """The engine's message from a request one; decodes ``value_b64``.
 
@@ -145,12 +155,7 @@ def outgoing(message: MessageIn, max_message_bytes: int) -> OutgoingMessage:
     """
     if "value_b64" in message.model_fields_set:
         text = message.value_b64
-        decoded_size = len(text) // 4 * 3 - text[-2:].count("=")
-        if decoded_size > max_message_bytes:
-            raise TooLargeError(
-                f"message value of {decoded_size} bytes exceeds the limit of "
-                f"{max_message_bytes} bytes"
-            )
+        check_b64_size(text, max_message_bytes)
         try:
             value: Any = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError) as exc:

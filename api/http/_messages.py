@@ -1,16 +1,26 @@
 """Producing: ``POST /v1/topics/{topic}/messages`` appends a batch atomically, and
 ``POST /v1/batches`` appends to several topics atomically.
 
-Both read the raw body and validate it in one pass with pydantic-core's JSON parser
-(``model_validate_json``: no ``json.loads`` tree first, and faster than it), and a
-large body (a legal batch may hold 10,000+ messages) is parsed, checked and encoded in
-a worker thread, so other requests keep being answered meanwhile. The request models
-stay the OpenAPI description of the bodies (see ``_app.py``).
+Both read the raw body. A produce body of the common shape (``messages`` of ``value`` or
+``value_b64`` with optional ``key`` and ``properties``, optionally ``txn``) takes a fast
+path: ``json.loads`` and one loop of exact type checks, with no model object per message
+(a pydantic ``MessageIn`` cost ~1.2 us and its field access ~1 us more, a third of the
+HTTP cost of a message). The fast path only ever *accepts*: anything it does not
+recognise (a producer id, an unknown field, a wrong type, a surrogate escape, a
+non-finite number, bad base64) goes to pydantic-core's validation of the whole body
+(``model_validate_json``), which gives the contract's 400 errors. A large body (a legal
+batch may hold 10,000+ messages) is parsed, checked and encoded in a worker thread, so
+other requests keep being answered meanwhile. The request models stay the OpenAPI
+description of the bodies (see ``_app.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import binascii
+import json
+import math
+import re
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -26,7 +36,13 @@ from ._errors import responses
 from ._json import ok, outgoing
 from ._params import TopicName, engine_of
 from ._responses import BatchResponse, ProduceResponse
-from ._schemas import BatchMessageIn, BatchRequest, MessageIn, ProduceRequest, check_json_value
+from ._schemas import (
+    BatchMessageIn,
+    BatchRequest,
+    MessageIn,
+    ProduceRequest,
+    check_json_value,
+)
 
 router = APIRouter(tags=["messages"])
 
@@ -122,6 +138,10 @@ async def _parsed(
 def _parse(
     raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int, nonfinite: bool
 ) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
+    if model is ProduceRequest:
+        fast = _parse_plain(raw, max_messages, max_message_bytes)
+        if fast is not None:
+            return fast  # type: ignore[return-value]
     try:
         body = model.model_validate_json(raw or b"null")
     except ValidationError as exc:  # the same 400 FastAPI gives a body it validated
@@ -141,3 +161,79 @@ def _parse(
     if isinstance(body, BatchRequest):
         return body, [(m.topic, outgoing(m, max_message_bytes)) for m in body.messages]
     return body, [("", outgoing(m, max_message_bytes)) for m in messages]
+
+
+_MESSAGE_FIELDS = frozenset(("value", "value_b64", "key", "properties"))
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # json takes lone ones; JSON does not
+_MAX_TXN_ID = 200  # TxnIdStr's max_length
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400
+        raise ValueError("numbers must be finite")
+    return value
+
+
+def _parse_plain(
+    raw: bytes, max_messages: int, max_message_bytes: int
+) -> tuple[ProduceRequest, list[tuple[str, OutgoingMessage]]] | None:
+    """The fast path of :func:`_parse` for a produce body; None: let pydantic decide.
+
+    Accepts only what ``ProduceRequest`` accepts, with the same result.
+    """
+    if raw[:1] != b"{" or _SURROGATE_ESCAPE.search(raw):
+        return None  # (a BOM or UTF-16 would also decode here; jiter refuses them)
+    try:
+        data = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    except (ValueError, RecursionError):  # (RecursionError: nesting deeper than ~1,000)
+        return None
+    messages = data.get("messages")
+    if type(messages) is not list or not messages or not data.keys() <= {"messages", "txn"}:
+        return None
+    txn = data.get("txn")
+    if txn is not None and (type(txn) is not str or len(txn) > _MAX_TXN_ID):
+        return None
+    out: list[tuple[str, OutgoingMessage]] = []
+    append = out.append
+    fields = _MESSAGE_FIELDS
+    a2b_base64 = binascii.a2b_base64
+    max_b64 = max_message_bytes // 3 * 4  # texts this long decode within the limit
+    for message in messages:
+        if type(message) is not dict or not message.keys() <= fields:
+            return None
+        key = message.get("key")
+        properties = message.get("properties")
+        if key is not None and type(key) is not str:
+            return None
+        if properties is not None and not (
+            type(properties) is dict
+            and all(type(k) is str and type(v) is str for k, v in properties.items())
+        ):
+            return None
+        if "value_b64" in message:
+            text = message["value_b64"]
+            if "value" in message or type(text) is not str or len(text) % 4:
+                return None
+            if len(text) > max_b64:
+                return None  # maybe too large: the model path says which error comes first
+            try:  # strict: what BASE64_PATTERN matches, but for '===' (3x faster than it)
+                value: Any = a2b_base64(text, strict_mode=True)
+            except ValueError:
+                return None
+            if text.endswith("==="):
+                return None
+        elif "value" in message:
+            value = message["value"]
+        else:
+            return None
+        append(("", OutgoingMessage(value, key, properties or {})))
+    if len(out) > max_messages:  # (after validating all, as the model path does)
+        raise TooLargeError(
+            f"{len(out)} messages in one request exceed the limit of {max_messages}"
+        )
+    return ProduceRequest.model_construct(messages=[], txn=txn), out

@@ -1,0 +1,143 @@
+"""The produce body's fast path accepts only what the request model accepts, with the
+same messages: for any body, it either steps aside (None) or agrees with pydantic."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from api import TooLargeError
+from api.http._messages import _parse, _parse_plain
+from api.http._schemas import BASE64_PATTERN, ProduceRequest
+
+pytestmark = pytest.mark.timeout(120)
+
+MAX_MESSAGES = 5
+MAX_BYTES = 8
+
+texts = st.text(max_size=6) | st.sampled_from(["\ud800", "a\nb", "é", ""])
+json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+b64_texts = (
+    st.binary(max_size=12).map(lambda b: base64.b64encode(b).decode())
+    | st.sampled_from(
+        [base64.b64encode(bytes(n)).decode() for n in range(MAX_BYTES - 2, MAX_BYTES + 3)]
+    )
+    | st.sampled_from(["AAAA====", "A===", "AA=A", "AAA", "=AAA", "AA==\n", "not base64", ""])
+)
+messages = st.fixed_dictionaries(
+    {},
+    optional={
+        "value": json_values,
+        "value_b64": b64_texts | json_values,
+        "key": texts | json_values,
+        "properties": st.dictionaries(texts, texts, max_size=2) | json_values,
+        "extra": json_values,
+    },
+)
+bodies = st.fixed_dictionaries(
+    {"messages": st.lists(messages, max_size=MAX_MESSAGES + 1) | json_values},
+    optional={
+        "txn": st.sampled_from(["txn-1", "x" * 200, "x" * 201]) | json_values,
+        "producer": st.just("p"),
+        "sequence": st.integers(min_value=-1, max_value=3),
+    },
+)
+
+
+def slow(raw: bytes) -> Any:
+    """What the validated model makes of ``raw``: messages and txn, or the error type."""
+    try:
+        body, out = _parse(raw, ProduceRequest, MAX_MESSAGES, MAX_BYTES, nonfinite=True)
+    except Exception as exc:  # noqa: BLE001 - the error's type is the result
+        return type(exc)
+    return body.txn, [(m.value, m.key, m.properties) for _, m in out]
+
+
+@settings(max_examples=600)
+@given(bodies)
+def test_the_fast_path_agrees_with_the_model_or_steps_aside(body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    expected = slow(raw)
+    try:
+        fast = _parse_plain(raw, MAX_MESSAGES, MAX_BYTES)
+    except TooLargeError:
+        assert expected is TooLargeError
+        return
+    if fast is None:
+        return
+    got_body, out = fast
+    assert (got_body.txn, [(m.value, m.key, m.properties) for _, m in out]) == expected
+    assert (got_body.producer, got_body.sequence) == (None, None)
+
+
+def test_the_common_bodies_take_the_fast_path() -> None:
+    raw = json.dumps(
+        {
+            "messages": [
+                {"value_b64": base64.b64encode(b"\x00\x01").decode(), "key": "k"},
+                {"value_b64": "NaN1e5AA"},  # base64 that looks like a non-finite number
+                {"value": {"a": [1, 2.5, None]}, "properties": {"p": "q"}},
+            ],
+            "txn": "txn-3",
+        }
+    ).encode()
+    fast = _parse_plain(raw, MAX_MESSAGES, MAX_BYTES)
+    assert fast is not None
+    assert [(m.value, m.key, m.properties) for _, m in fast[1]] == [
+        (b"\x00\x01", "k", {}),
+        (base64.b64decode("NaN1e5AA"), None, {}),
+        ({"a": [1, 2.5, None]}, None, {"p": "q"}),
+    ]
+    assert fast[0].txn == "txn-3"
+
+
+@pytest.mark.parametrize("size", range(MAX_BYTES - 3, MAX_BYTES + 4))
+def test_values_near_the_size_limit(size: int) -> None:
+    raw = json.dumps({"messages": [{"value_b64": base64.b64encode(bytes(size)).decode()}]})
+    expected = slow(raw.encode())
+    assert (expected is TooLargeError) == (size > MAX_BYTES)
+    fast = _parse_plain(raw.encode(), MAX_MESSAGES, MAX_BYTES)
+    if size > MAX_BYTES:
+        assert fast is None, "the model path gives the 413"
+    elif fast is not None:
+        assert [m.value for _, m in fast[1]] == [bytes(size)]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages": [{"value": "\\ud800"}]}',  # a lone surrogate: not JSON
+        b'\xef\xbb\xbf{"messages": [{"value": 1}]}',  # a byte-order mark
+        b'{"messages": [{"value": 1}], "producer": "p", "sequence": 1}',
+        b'{"messages": [{"value": 1, "value_b64": "AA=="}]}',
+        b'{"messages": [{"value_b64": "AAAA===="}]}',
+        b'{"messages": [{"value": NaN}]}',
+        b'{"messages": [{"value": [1, -Infinity]}]}',
+        b'{"messages": [{"value": {"a": 1e400}}]}',
+        b'{"messages": [' + b"[" * 5000 + b"]" * 5000 + b"]}",
+    ],
+)
+def test_unusual_bodies_go_to_the_model(raw: bytes) -> None:
+    assert _parse_plain(raw, MAX_MESSAGES, MAX_BYTES) is None
+
+
+def test_base64_is_checked_exactly_as_the_schema_pattern() -> None:
+    """Every text of up to 5 characters over a small alphabet, and some longer ones."""
+    pattern = re.compile(BASE64_PATTERN)
+    texts = ["".join(c) for n in range(6) for c in itertools.product("A/+=\né", repeat=n)]
+    texts += ["AAAAAA==", "AAAAAAA=", "AAAAAAAA", "AAAA====", "AAAAA===", "AAAA\nAAA="]
+    for text in texts:
+        raw = json.dumps({"messages": [{"value_b64": text}]}).encode()
+        fast = _parse_plain(raw, MAX_MESSAGES, 1 << 20)
+        assert (fast is not None) == bool(pattern.fullmatch(text)), text
