@@ -36,8 +36,20 @@ def encode_payload(
     packed as a 3-array whose header byte becomes a 4-array's, then the packed value is
     appended, so encoding never re-packs the value and decoding is one ``unpackb``.
     """
+    global _plain_head
+    if key is None and not properties and _UINT64_MIN <= publish_time < _UINT64_END:
+        # the common head (no key, no properties), as msgpack packs it, made once per ms
+        cached = _plain_head  # one tuple: a worker thread encoding beside us sees a pair
+        if cached[0] != publish_time:
+            cached = _plain_head = (publish_time, _PLAIN_HEAD + publish_time.to_bytes(8, "big"))
+        return cached[1] + packed_value
     head: bytes = msgpack.packb([key, properties, publish_time], use_bin_type=True)
     return _VERSION_BYTE + _ARRAY4 + head[1:] + packed_value
+
+
+_PLAIN_HEAD = _VERSION_BYTE + _ARRAY4 + b"\xc0\x80\xcf"  # nil key, empty map, uint64 time
+_UINT64_MIN, _UINT64_END = 1 << 32, 1 << 64  # times packed as 0xcf + 8 bytes (ms since 1970)
+_plain_head: tuple[int, bytes] = (-1, b"")
 
 
 def decode_payload(data: bytes) -> tuple[str | None, Any, dict[str, str], int]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,3 +53,20 @@ def test_unencodable_value_is_an_invalid_argument() -> None:
 def test_damaged_payload_is_reported(data: bytes) -> None:
     with pytest.raises(CorruptEntryError):
         decode_payload(data)
+
+
+@given(
+    key=st.none() | st.text(max_size=5),
+    properties=st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+    publish_time=st.sampled_from([0, 1, 2**32 - 1, 2**32, 1_764_000_000_000, 2**64 - 1])
+    | st.integers(0, 2**64 - 1),
+    value=st.binary(max_size=20) | st.text(max_size=5) | st.integers(-5, 5),
+)
+def test_the_payload_is_one_msgpack_array_whatever_shortcut_made_it(
+    key: str | None, properties: dict[str, str], publish_time: int, value: object
+) -> None:
+    expected = bytes([2]) + msgpack.packb(  # format version 2
+        [key, properties, publish_time, value], use_bin_type=True
+    )
+    assert encode_payload(key, encode_value(value), properties, publish_time) == expected
+    assert encode_payload(key, encode_value(value), properties, publish_time) == expected  # cached
