@@ -40,54 +40,55 @@ class Message(tuple):  # type: ignore[type-arg]
     """A delivered message: ``position``, ``value``, ``key``, ``properties``, ``txn``,
     ``publish_time`` and ``redelivery_count``, read-only.
 
-    Underneath it is the stored row, the decoded payload and the redelivery count in a
-    tuple, so a delivery batch makes its messages without a Python call per message;
-    the fields are computed when read.
+    Underneath it is one flat tuple, so a delivery batch makes its messages without a
+    Python call per message and each is a single object for the cyclic collector to
+    walk (a consumer holding 100,000 messages is 100,000 objects, not 300,000); the
+    fields are computed when read.
     """
 
     __slots__ = ()
 
-    # (row, body, redelivery_count): row = (ledger_id, entry_id, kind, txn seq, payload),
-    # body = [key, properties, publish_time_ms, value] (see ledger.decode_payloads)
+    # (key, properties, publish_time_ms, value, ledger_id, entry_id, txn seq,
+    #  redelivery_count): the decoded payload (see ledger.decode_payloads), then the
+    #  stored row's position and transaction, then the count
 
     @property
     def position(self) -> Position:
         """Where the message lies in its topic."""
-        row = self[0]
-        return Position(row[0], row[1])
+        return Position(self[4], self[5])
 
     @property
     def value(self) -> Any:
         """The value as sent (``bytes`` stays ``bytes``, ``str`` stays ``str``)."""
-        return self[1][3]
+        return self[3]
 
     @property
     def key(self) -> str | None:
         """The message key, if any."""
-        key: str | None = self[1][0]
+        key: str | None = self[0]
         return key
 
     @property
     def properties(self) -> dict[str, str]:
         """The message properties."""
-        properties: dict[str, str] = self[1][1]
+        properties: dict[str, str] = self[1]
         return properties
 
     @property
     def txn(self) -> str | None:
         """The id of the transaction it was sent in (``"txn-<n>"``), or None."""
-        seq = self[0][3]
+        seq = self[6]
         return None if seq is None else str(TxnId(seq))
 
     @property
     def publish_time(self) -> datetime:
         """When it was appended (UTC)."""
-        return ms_to_datetime(self[1][2])
+        return ms_to_datetime(self[2])
 
     @property
     def redelivery_count(self) -> int:
         """How often it was delivered before (nack, detached consumer, aborted ack)."""
-        count: int = self[2]
+        count: int = self[7]
         return count
 
     def __repr__(self) -> str:

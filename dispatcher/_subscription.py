@@ -19,6 +19,7 @@ import asyncio
 import time
 import zlib
 from itertools import repeat
+from operator import itemgetter
 
 from ledger import (
     ClosedError,
@@ -43,6 +44,7 @@ _KEY_SHARED_LOOKAHEAD = 2000
 
 
 _new_tuple = tuple.__new__
+_POSITION_TXN = itemgetter(0, 1, 3)  # a stored row's ledger_id, entry_id, txn seq
 
 
 class Subscription(SubscriptionState):
@@ -168,15 +170,19 @@ class Subscription(SubscriptionState):
 
     def _message(self, entry: Entry) -> Message:
         position = entry.position
-        row = (
-            position.ledger_id,
-            position.entry_id,
-            int(entry.kind),
-            None if entry.txn_id is None else entry.txn_id.seq,
-            b"",
+        message: Message = _new_tuple(
+            Message,
+            (
+                entry.key,
+                entry.properties,
+                entry.publish_time,
+                entry.value,
+                position.ledger_id,
+                position.entry_id,
+                None if entry.txn_id is None else entry.txn_id.seq,
+                self._redelivery.get(position, 0),
+            ),
         )
-        body = [entry.key, entry.properties, entry.publish_time, entry.value]
-        message: Message = _new_tuple(Message, (row, body, self._redelivery.get(position, 0)))
         return message
 
     def _deliver(self, entry: Entry, consumer: str) -> Message:
@@ -391,12 +397,17 @@ class Subscription(SubscriptionState):
         self.read_position = Position(last[0], last[1] + 1)
         if not keep:
             return True
+        # Each decoded body [key, properties, publish_time, value] is a fresh list: it
+        # is extended in place to the message's flat layout (ledger_id, entry_id, txn,
+        # count), all by C calls (``any`` just runs the maps; their results are None).
         bodies = decode_payloads([r[4] for r in keep])
+        any(map(list.extend, bodies, map(_POSITION_TXN, keep)))
         redelivery = self._redelivery
         counts = (
             [redelivery.get(Position(r[0], r[1]), 0) for r in keep] if redelivery else repeat(0)
         )
-        out.extend(map(_new_tuple, repeat(Message), zip(keep, bodies, counts, strict=False)))
+        any(map(list.append, bodies, counts))
+        out.extend(map(_new_tuple, repeat(Message), bodies))
         keys = [(r[0] << 64) | r[1] for r in keep]
         self._pending.update(zip(keys, repeat(consumer), strict=False))
         if keys[-1] > self._pending_max:

@@ -111,7 +111,9 @@ class WriteBatch:
         return len(self._callbacks)
 
     def extend(self, other: WriteBatch) -> None:
-        """Append ``other``'s statements and callbacks after this batch's own."""
+        """Append ``other``'s statements after this batch's own and move its callbacks
+        here (``other`` keeps no callback, so none runs twice and none keeps ``other`` in
+        a reference cycle)."""
         statements = self._statements
         for sql, rows in other._statements:
             if statements and statements[-1][0] == sql:
@@ -119,6 +121,7 @@ class WriteBatch:
             else:
                 statements.append((sql, list(rows)))
         self._callbacks.extend(other._callbacks)
+        other._callbacks.clear()
         self.entries += other.entries
         self.bytes += other.bytes
 
@@ -504,12 +507,17 @@ class Store:
         self, batch: WriteBatch, future: asyncio.Future[None] | None, seconds: float
     ) -> None:
         """A flush is durable: its callbacks in submission order, then its waiters."""
-        for callback in batch._callbacks:
+        callbacks = batch._callbacks
+        for callback in callbacks:
             try:
                 callback()
             except Exception as exc:
                 log.exception("on_durable callback failed")
                 self._fail(exc, [])
+        # A callback usually closes over its batch (to tell whether it is still the
+        # batch's last one): dropping them breaks that cycle, so a flush's objects are
+        # freed by reference counting here instead of by a later full collection.
+        callbacks.clear()
         if future is not None and not future.done():
             future.set_result(None)
         if self.on_flush is not None:
