@@ -27,6 +27,57 @@ from ._topic import Topic
 _STATES = {state.value: state for state in TxnState}
 
 
+class _Outcomes:
+    """Outcome codes of ended transactions by seq, one byte each (code + 1; 0: none).
+
+    Seqs are dense (one counter), so the codes live in bytearrays of consecutive seqs:
+    200,000 outcomes take ~200 KB where a dict of ints took ~15 MB. Whole chunks go,
+    least recently written first, while the rest still holds at least ``kept`` outcomes
+    (a long transaction that ends late refreshes its old chunk rather than being the
+    next to go).
+    """
+
+    __slots__ = ("_bits", "_chunks", "_counts", "_kept", "count")
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        # chunks of up to 4,096 seqs; smaller for a small ``kept`` so it stays exact
+        self._bits = min(12, max(0, (kept // 16).bit_length() - 1))
+        self._chunks: dict[int, bytearray] = {}  # least recently written first
+        self._counts: dict[int, int] = {}
+        self.count = 0
+
+    def get(self, seq: int) -> int | None:
+        """The outcome code of ``seq``, or None when none is kept."""
+        chunk = self._chunks.get(seq >> self._bits)
+        if chunk is None:
+            return None
+        code = chunk[seq & ((1 << self._bits) - 1)]
+        return code - 1 if code else None
+
+    def put(self, seq: int, code: int) -> None:
+        """Keep ``code`` (0..254) for ``seq``; drop the oldest chunks beyond the limit."""
+        if self._kept <= 0:
+            return
+        index, offset = seq >> self._bits, seq & ((1 << self._bits) - 1)
+        chunks, counts = self._chunks, self._counts
+        chunk = chunks.pop(index, None)
+        if chunk is None:
+            chunk = bytearray(1 << self._bits)
+            counts[index] = 0
+        chunks[index] = chunk  # now the most recently written
+        if not chunk[offset]:
+            counts[index] += 1
+            self.count += 1
+        chunk[offset] = code + 1
+        while len(chunks) > 1:
+            oldest = next(iter(chunks))
+            if self.count - counts[oldest] < self._kept:
+                break
+            del chunks[oldest]
+            self.count -= counts.pop(oldest)
+
+
 class TxnTable:
     """Transactions by id: open, recently ended in full, and older outcomes."""
 
@@ -59,8 +110,7 @@ class TxnTable:
         message with it rather than reading the clock again."""
         self._ended: deque[int] = deque()  # full ended records, oldest end first
         self._ended_in_memory = ended_in_memory
-        self._outcomes: dict[int, int] = {}  # seq -> _outcome_code(), oldest first
-        self._outcomes_kept = outcomes_kept
+        self._outcomes = _Outcomes(outcomes_kept)  # seq -> _outcome_code()
         self.ack_participant: AckParticipant | None = None
         self.on_ended: Callable[[TxnRecord, bool], None] | None = None
 
@@ -187,9 +237,7 @@ class TxnTable:
         return (await self.read_info(record)).owner
 
     def _keep_outcome(self, seq: int, committed: bool, fenced: bool, reason: str | None) -> None:
-        self._outcomes[seq] = _outcome_code(committed, fenced, reason)
-        while len(self._outcomes) > self._outcomes_kept:
-            del self._outcomes[next(iter(self._outcomes))]
+        self._outcomes.put(seq, _outcome_code(committed, fenced, reason))
 
     def _retire(self, record: TxnRecord) -> None:
         """An ended record: drop what no end needs, and keep only the newest in full."""
