@@ -18,6 +18,7 @@ from ledger import (
     AckConflictError,
     InvalidArgumentError,
     Position,
+    Row,
     TxnId,
     WriteBatch,
 )
@@ -73,6 +74,10 @@ class SubscriptionState:
         # ascending order, not yet in the cursor; and the share of rows skipped lately
         self._skipped: list[int] = []
         self._skip_ratio = 0.125
+        # rows an ordered delivery read past its last delivered message, from
+        # read_position on: the next delivery starts with them instead of reading them
+        # again (used only while read_position still points at the first)
+        self._ahead: list[Row] = []
         # key_shared only: keys of pending and replay positions, and per receive pass the
         # consumer holding each key's unacknowledged messages and the keys waiting in replay.
         self._keys: dict[Position, str | None] = {}
@@ -249,6 +254,7 @@ class SubscriptionState:
                 start = Position(last.ledger_id, last.entry_id + 1)
         self.cursor.reset(mark_delete)
         self._skipped.clear()
+        self._ahead = []
         self._pending.clear()
         self._pending_max = -1
         self._replay.clear()

@@ -40,55 +40,56 @@ class Message(tuple):  # type: ignore[type-arg]
     """A delivered message: ``position``, ``value``, ``key``, ``properties``, ``txn``,
     ``publish_time`` and ``redelivery_count``, read-only.
 
-    Underneath it is one flat tuple, so a delivery batch makes its messages without a
-    Python call per message and each is a single object for the cyclic collector to
-    walk (a consumer holding 100,000 messages is 100,000 objects, not 300,000); the
-    fields are computed when read.
+    Underneath it is a tuple holding one plain tuple of seven: the decoded body ``key,
+    properties, publish_time, value`` (see :func:`ledger.decode_payloads`), the position
+    as one int (ledger id above bit 64, entry id below: the int the subscription keys
+    its pending set with), the transaction's seq and the count; the fields are computed
+    when read. A delivery batch makes its messages without a Python call per message.
+    The inner tuple holds atomic things only, so the cyclic collector untracks it the
+    first time it looks; what a full collection then walks per held message is this
+    object and one pointer: a consumer holding 100,000 messages is ~200,000 memory
+    touches, not ~900,000 as with eight fields of their own.
     """
 
     __slots__ = ()
 
-    # (key, properties, publish_time_ms, value, ledger_id, entry_id, txn seq,
-    #  redelivery_count): the decoded payload (see ledger.decode_payloads), then the
-    #  stored row's position and transaction, then the count
-
     @property
     def position(self) -> Position:
         """Where the message lies in its topic."""
-        return Position(self[4], self[5])
+        key: int = self[0][4]
+        return Position(key >> 64, key & _ENTRY_MASK)
 
     @property
     def value(self) -> Any:
         """The value as sent (``bytes`` stays ``bytes``, ``str`` stays ``str``)."""
-        return self[3]
+        return self[0][3]
 
     @property
     def key(self) -> str | None:
         """The message key, if any."""
-        key: str | None = self[0]
+        key: str | None = self[0][0]
         return key
 
     @property
     def properties(self) -> dict[str, str]:
-        """The message properties."""
-        properties: dict[str, str] = self[1]
-        return properties
+        """The message properties (a new dict each time: the message stays as it was)."""
+        return dict(self[0][1])
 
     @property
     def txn(self) -> str | None:
         """The id of the transaction it was sent in (``"txn-<n>"``), or None."""
-        seq = self[6]
+        seq = self[0][5]
         return None if seq is None else str(TxnId(seq))
 
     @property
     def publish_time(self) -> datetime:
         """When it was appended (UTC)."""
-        return ms_to_datetime(self[2])
+        return ms_to_datetime(self[0][2])
 
     @property
     def redelivery_count(self) -> int:
         """How often it was delivered before (nack, detached consumer, aborted ack)."""
-        count: int = self[7]
+        count: int = self[0][6]
         return count
 
     def __repr__(self) -> str:
@@ -97,6 +98,9 @@ class Message(tuple):  # type: ignore[type-arg]
             f" properties={self.properties!r}, txn={self.txn!r},"
             f" publish_time={self.publish_time!r}, redelivery_count={self.redelivery_count})"
         )
+
+
+_ENTRY_MASK = (1 << 64) - 1
 
 
 @dataclass(slots=True)

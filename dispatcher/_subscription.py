@@ -19,7 +19,7 @@ import asyncio
 import time
 import zlib
 from itertools import repeat
-from operator import itemgetter
+from operator import add, itemgetter
 
 from ledger import (
     ClosedError,
@@ -44,7 +44,7 @@ _KEY_SHARED_LOOKAHEAD = 2000
 
 
 _new_tuple = tuple.__new__
-_POSITION_TXN = itemgetter(0, 1, 3)  # a stored row's ledger_id, entry_id, txn seq
+_TXN = itemgetter(3)  # a stored row's txn seq
 
 
 class Subscription(SubscriptionState):
@@ -170,19 +170,16 @@ class Subscription(SubscriptionState):
 
     def _message(self, entry: Entry) -> Message:
         position = entry.position
-        message: Message = _new_tuple(
-            Message,
-            (
-                entry.key,
-                entry.properties,
-                entry.publish_time,
-                entry.value,
-                position.ledger_id,
-                position.entry_id,
-                None if entry.txn_id is None else entry.txn_id.seq,
-                self._redelivery.get(position, 0),
-            ),
+        fields = (
+            entry.key,
+            tuple(entry.properties.items()),
+            entry.publish_time,
+            entry.value,
+            position_key(position),
+            None if entry.txn_id is None else entry.txn_id.seq,
+            self._redelivery.get(position, 0),
         )
+        message: Message = _new_tuple(Message, (fields,))
         return message
 
     def _deliver(self, entry: Entry, consumer: str) -> Message:
@@ -306,10 +303,12 @@ class Subscription(SubscriptionState):
             if ordered and budget[0] < 0:
                 # Read a little more than is missing (markers and aborted entries are
                 # skipped); what lies past the last delivered message stays unread.
-                ahead = int(remaining * self._skip_ratio * 1.25) + 32  # an extra read costs more
-                rows = await ledger.read_rows(
-                    self.read_position, limit, min(remaining + ahead, _MAX_ROWS)
-                )
+                rows = self._take_ahead(limit)
+                if rows is None:
+                    ahead = int(remaining * self._skip_ratio * 1.25) + 32  # a read costs more
+                    rows = await ledger.read_rows(
+                        self.read_position, limit, min(remaining + ahead, _MAX_ROWS)
+                    )
                 if rows is not None and not rows:
                     break
             if rows is not None:
@@ -353,6 +352,21 @@ class Subscription(SubscriptionState):
                 else:
                     self._hold(entry)  # beyond the budget too: first in line next time
 
+    def _take_ahead(self, limit: Position) -> list[Row] | None:
+        """The rows read ahead last time, if they still start at ``read_position`` and
+        lie within ``limit`` (stored rows never change; whether each is acknowledged,
+        aborted or held is decided afresh as for rows just read)."""
+        rows, self._ahead = self._ahead, []
+        if not rows:
+            return None
+        first, last, start = rows[0], rows[-1], self.read_position
+        if (first[0], first[1]) != (start.ledger_id, start.entry_id) or (
+            last[0],
+            last[1],
+        ) > (limit.ledger_id, limit.entry_id):
+            return None
+        return rows
+
     def _deliver_rows(
         self, rows: list[Row], consumer: str, remaining: int, out: list[Message]
     ) -> bool:
@@ -379,7 +393,9 @@ class Subscription(SubscriptionState):
         keep = [r for r in rows if not r[2] and (r[3] is None or r[3] not in aborted)]
         if len(keep) > remaining:
             keep = keep[:remaining]
-            rows = rows[: rows.index(keep[-1]) + 1]  # nothing past the last delivered
+            cut = rows.index(keep[-1]) + 1  # nothing past the last delivered
+            self._ahead = rows[cut:]
+            rows = rows[:cut]
         if len(keep) != len(rows):
             # Markers and aborted data: acknowledged by the dispatcher, lazily (a
             # cumulative ack covers them; see _settle_skipped).
@@ -397,18 +413,16 @@ class Subscription(SubscriptionState):
         self.read_position = Position(last[0], last[1] + 1)
         if not keep:
             return True
-        # Each decoded body [key, properties, publish_time, value] is a fresh list: it
-        # is extended in place to the message's flat layout (ledger_id, entry_id, txn,
-        # count), all by C calls (``any`` just runs the maps; their results are None).
+        # A message wraps body + (position key, txn seq, count) (see Message), all made
+        # by C calls: ``add`` joins the tuples, the one-tuples from zip are copied.
         bodies = decode_payloads([r[4] for r in keep])
-        any(map(list.extend, bodies, map(_POSITION_TXN, keep)))
+        keys = [(r[0] << 64) | r[1] for r in keep]
         redelivery = self._redelivery
         counts = (
             [redelivery.get(Position(r[0], r[1]), 0) for r in keep] if redelivery else repeat(0)
         )
-        any(map(list.append, bodies, counts))
-        out.extend(map(_new_tuple, repeat(Message), bodies))
-        keys = [(r[0] << 64) | r[1] for r in keep]
+        tails = zip(keys, map(_TXN, keep), counts, strict=False)  # counts may repeat
+        out.extend(map(_new_tuple, repeat(Message), zip(map(add, bodies, tails))))
         self._pending.update(zip(keys, repeat(consumer), strict=False))
         if keys[-1] > self._pending_max:
             self._pending_max = keys[-1]

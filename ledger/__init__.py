@@ -5,6 +5,7 @@ Also home of the engine's one exception hierarchy (:class:`EngineError` and its 
 
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import (
+    Body,
     decode_payload,
     decode_payloads,
     encode_payload,
@@ -57,6 +58,7 @@ from ._tiers import LedgerInfo
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
+    "Body",
     "Catalog",
     "ClosedError",
     "ConflictError",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import msgpack
@@ -11,6 +12,7 @@ from ledger import (
     CorruptEntryError,
     InvalidArgumentError,
     decode_payload,
+    decode_payloads,
     encode_payload,
     encode_value,
 )
@@ -70,3 +72,55 @@ def test_the_payload_is_one_msgpack_array_whatever_shortcut_made_it(
     )
     assert encode_payload(key, encode_value(value), properties, publish_time) == expected
     assert encode_payload(key, encode_value(value), properties, publish_time) == expected  # cached
+
+
+messages = st.lists(
+    st.tuples(
+        st.none() | st.text(max_size=5),
+        json_like,
+        st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+        st.integers(min_value=0, max_value=2**64 - 1),
+    ),
+    max_size=6,
+)
+
+
+@given(messages)
+def test_a_batch_decodes_as_each_payload_alone_container_values_included(
+    batch: list[tuple[str | None, Any, dict[str, str], int]],
+) -> None:
+    payloads = [encode_payload(k, encode_value(v), p, t) for k, v, p, t in batch]
+    bodies = decode_payloads(payloads)
+    assert len(bodies) == len(batch)
+    for (key, properties, publish_time, value), payload in zip(bodies, payloads, strict=True):
+        alone = decode_payload(payload)
+        assert (key, value, dict(properties), publish_time) == alone
+        assert type(value) is type(alone[1])  # a list stays a list, a map a dict
+
+
+@given(messages, st.integers(min_value=0, max_value=6), st.sampled_from([b"", b"\x09abc"]))
+def test_one_damaged_payload_in_a_batch_is_reported(
+    batch: list[tuple[str | None, Any, dict[str, str], int]], at: int, damaged: bytes
+) -> None:
+    payloads = [encode_payload(k, encode_value(v), p, t) for k, v, p, t in batch]
+    payloads.insert(min(at, len(payloads)), damaged)
+    with pytest.raises(CorruptEntryError):
+        decode_payloads(payloads)
+
+
+def test_plain_bodies_leave_the_cyclic_collector_nothing_to_walk() -> None:
+    """Bodies of bytes/str values with or without properties are untracked once the
+    collector has seen them: a consumer holding many messages keeps full collections
+    short."""
+    payloads = [
+        encode_payload(None, encode_value(b"v"), {}, 1_764_000_000_000),
+        encode_payload("k", encode_value("text"), {"a": "b"}, 1_764_000_000_001),
+    ]
+    bodies = decode_payloads(payloads)
+    for _ in range(3):  # one look per level of nesting at most (pairs, properties, body)
+        gc.collect()
+    assert [gc.is_tracked(body) for body in bodies] == [False, False]
+    bodies = decode_payloads([encode_payload(None, encode_value([1, 2]), {}, 5)])
+    gc.collect()
+    assert bodies[0][3] == [1, 2]
+    assert gc.is_tracked(bodies[0])  # it holds a list: the collector must see it
