@@ -67,7 +67,7 @@ class Topic:
         self._txn_spans: dict[int, list[Position]] = {  # by transaction sequence number
             txn_id.seq: [o.first, o.last] for txn_id, o in buffer.ongoing_txns.items()
         }
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # made when someone waits
         self._durable_batch: WriteBatch | None = None
         self._durable_mark = 0
         self._durable_entries: list[_Run] = []
@@ -76,12 +76,16 @@ class Topic:
 
     def change_event(self) -> asyncio.Event:
         """An event set at the next change (durable append, marker, subscription news)."""
-        return self._changed
+        event = self._changed
+        if event is None:
+            event = self._changed = asyncio.Event()
+        return event
 
     def notify(self) -> None:
         """Wake everyone waiting on :meth:`change_event`."""
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
     # -- appends -------------------------------------------------------------------
 
