@@ -118,3 +118,27 @@ def test_retained_aborted_set_gives_the_garbage_collector_nothing_to_walk() -> N
         Position(0, 14),
         Position(0, 15),
     )
+
+
+def test_an_abort_after_a_full_collection_leaves_young_collections_small() -> None:
+    """A big aborted set must stay where the collector last put it when one more
+    transaction aborts: were its table moved to the youngest generation (as CPython does
+    with an exact dict it had untracked), every young collection would walk all of it
+    (35 ms per million entries) until it aged out again."""
+    buffer = TxnBuffer()
+    entry = 0
+
+    def abort(seq: int) -> None:
+        nonlocal entry
+        txn = TxnId(seq)
+        buffer.on_entry(Position(0, entry), EntryKind.DATA, txn)
+        buffer.on_entry(Position(0, entry + 1), EntryKind.ABORT, txn)
+        entry += 2
+
+    for seq in range(20_000):
+        abort(seq)
+    gc.collect()
+    abort(20_000)
+    young = [o for o in gc.get_objects(generation=0) if isinstance(o, (dict, list, set))]
+    assert max(map(len, young), default=0) < 10_000
+    assert len(buffer.aborted_txns) == 20_001
