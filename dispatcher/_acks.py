@@ -25,20 +25,7 @@ from ledger import (
 from txn_buffer import Topic
 
 from ._cursor import Cursor
-from ._message import Consumer, Isolation, SubscriptionType
-
-
-def position_key(position: Position) -> int:
-    """An int ordered as positions are: a cheap dict key for a delivered position."""
-    return (position.ledger_id << 64) | position.entry_id
-
-
-def key_position(key: int) -> Position:
-    """The position a :func:`position_key` stands for."""
-    return Position(key >> 64, key & _ENTRY_MASK)
-
-
-_ENTRY_MASK = (1 << 64) - 1
+from ._message import Consumer, Isolation, SubscriptionType, key_position, position_key
 
 
 class SubscriptionState:

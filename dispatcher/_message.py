@@ -56,8 +56,7 @@ class Message(tuple):  # type: ignore[type-arg]
     @property
     def position(self) -> Position:
         """Where the message lies in its topic."""
-        key: int = self[0][4]
-        return Position(key >> 64, key & _ENTRY_MASK)
+        return key_position(self[0][4])
 
     @property
     def value(self) -> Any:
@@ -98,6 +97,16 @@ class Message(tuple):  # type: ignore[type-arg]
             f" properties={self.properties!r}, txn={self.txn!r},"
             f" publish_time={self.publish_time!r}, redelivery_count={self.redelivery_count})"
         )
+
+
+def position_key(position: Position) -> int:
+    """An int ordered as positions are: a cheap dict key for a delivered position."""
+    return (position.ledger_id << 64) | position.entry_id
+
+
+def key_position(key: int) -> Position:
+    """The position a :func:`position_key` stands for."""
+    return Position(key >> 64, key & _ENTRY_MASK)
 
 
 _ENTRY_MASK = (1 << 64) - 1

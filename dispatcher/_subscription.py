@@ -34,8 +34,15 @@ from ledger import (
     decode_row,
 )
 
-from ._acks import SubscriptionState, key_position, position_key
-from ._message import Consumer, Isolation, Message, SubscriptionType
+from ._acks import SubscriptionState
+from ._message import (
+    Consumer,
+    Isolation,
+    Message,
+    SubscriptionType,
+    key_position,
+    position_key,
+)
 
 _READ_CHUNK = 500
 _MAX_ROWS = 12_000  # rows read at once by an ordered delivery (receive takes up to 10,000)
@@ -357,14 +364,8 @@ class Subscription(SubscriptionState):
         lie within ``limit`` (stored rows never change; whether each is acknowledged,
         aborted or held is decided afresh as for rows just read)."""
         rows, self._ahead = self._ahead, []
-        if not rows:
-            return None
-        first, last, start = rows[0], rows[-1], self.read_position
-        if (first[0], first[1]) != (start.ledger_id, start.entry_id) or (
-            last[0],
-            last[1],
-        ) > (limit.ledger_id, limit.entry_id):
-            return None
+        if not rows or rows[0][:2] != self.read_position or rows[-1][:2] > limit:
+            return None  # (a Position is a (ledger_id, entry_id) tuple)
         return rows
 
     def _deliver_rows(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine
 
 from api import Engine, EngineConfig, Message, OutgoingMessage, Position, SubscriptionHandle, TxnId
 
@@ -387,3 +390,31 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         env={**os.environ, "PYTHONPATH": str(repo), **(env or {})},
         check=False,
     )
+
+
+class EngineStateMachine(RuleBasedStateMachine):
+    """Base of the stateful tests that drive one engine: its own event loop, a fresh data
+    directory, :meth:`run` with a bound, :meth:`reopen`, and a teardown that closes the
+    engine and removes both."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+        self.config = config
+        self.engine = self.run(Engine.open(self.dir, config))
+
+    def run(self, coro):  # type: ignore[no-untyped-def]
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
+
+    def reopen(self) -> None:
+        """Close the engine and open it again on the same data (a clean restart)."""
+        self.run(self.engine.close())
+        self.engine = self.run(Engine.open(self.dir, self.config))
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.engine.close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -295,8 +295,8 @@ class TxnBuffer:
     @property
     def aborted_by_marker(self) -> SortedKeyList:
         """Retained aborted transactions ordered by ABORT marker, as :data:`AbortedRow`
-        tuples (do not mutate)."""
-        return self._by_marker()
+        tuples (do not mutate; an empty tuple until the first abort)."""
+        return self._aborted_by_marker
 
     def iter_aborted(self) -> Iterator[AbortedTxn]:
         """Every retained aborted transaction, in marker order."""

@@ -10,23 +10,20 @@ in log order.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     consumes,
     invariant,
     precondition,
     rule,
 )
+from support import EngineStateMachine
 
-from api import Engine, EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
+from api import EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
 from ledger import WriteBatch
 from snapshots import full_replay
 
@@ -74,37 +71,20 @@ class Model:
         ]
 
 
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(EngineStateMachine):
     txns = Bundle("txns")
 
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
         # Periodic snapshots stay out of the way; the rule takes them at random moments.
-        self.config = EngineConfig(ledger_max_entries=7, snapshot_interval=3600.0)
+        super().__init__(EngineConfig(ledger_max_entries=7, snapshot_interval=3600.0))
         self.model = Model()
         self.next_value = 0
         self.delivered: dict[str, list[int]] = {t: [] for t in TOPICS}
         self.snapshotted: set[str] = set()
-        self.engine = self.run(self._open())
         for topic in TOPICS:
             self.run(self.engine.create_topic(topic))
             self.run(self.engine.create_subscription(topic, "rc"))
         self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
-
-    def run(self, coro):  # type: ignore[no-untyped-def]
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-
-    async def _open(self) -> Engine:
-        return await Engine.open(self.dir, self.config)
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.engine.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- rules ---------------------------------------------------------------------
 
@@ -172,8 +152,7 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.next_value > 0)
     @rule()
     def restart(self) -> None:
-        self.run(self.engine.close())
-        self.engine = self.run(self._open())
+        self.reopen()
         self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
         for topic in TOPICS:
             self._check_recovery_equivalence(topic)

@@ -9,26 +9,19 @@ deliverable values in log order; after a seek, delivery starts again from there.
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import tempfile
-from pathlib import Path
-
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
+from support import EngineStateMachine
 
-from api import Engine, EngineConfig, Message, Position
+from api import EngineConfig, Message, Position
 
 TOPIC = "t"
 
 
-class OrderedDelivery(RuleBasedStateMachine):
+class OrderedDelivery(EngineStateMachine):
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-ordered-"))
-        self.config = EngineConfig(ledger_max_entries=9, snapshot_interval=3600.0)
+        super().__init__(EngineConfig(ledger_max_entries=9, snapshot_interval=3600.0))
         self.next_value = 0
         # the deliverable values in log order with their positions (values grow with
         # positions: one writer), the index of the next one never delivered, the values
@@ -39,19 +32,8 @@ class OrderedDelivery(RuleBasedStateMachine):
         self.acked: set[int] = set()
         self.unacked: dict[int, Position] = {}
         self.redeliver: list[int] = []
-        self.engine = self.run(Engine.open(self.dir, self.config))
         self.run(self.engine.create_topic(TOPIC))
         self.handle = self.run(self.engine.subscribe(TOPIC, "s", initial_position="earliest"))
-
-    def run(self, coro):  # type: ignore[no-untyped-def]
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.engine.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _values(self, count: int) -> list[str]:
         values = [str(self.next_value + i) for i in range(count)]
@@ -136,8 +118,7 @@ class OrderedDelivery(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
-        self.run(self.engine.close())
-        self.engine = self.run(Engine.open(self.dir, self.config))
+        self.reopen()
         self.handle = self.run(self.engine.subscribe(TOPIC, "s"))
         # delivered, unacknowledged messages come again in log order; acked ones do not
         index = {value: i for i, (value, _) in enumerate(self.log)}
