@@ -125,7 +125,7 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
             await store.write(reconcile(self._topics, coordinator, subscriptions))
             self.recovery = summarize_recovery(
                 self._snapshots.values(),
-                len(coordinator.list_txns("open", None, None)),
+                len(coordinator.open_records()),
                 time.perf_counter() - started,
             )
         except BaseException:
@@ -405,7 +405,7 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         ``older_than_ms`` ago); with a non-admin ``principal``, only its own."""
         self._check_open()
         p = as_principal(principal)
-        infos = self.coordinator.list_txns(state, label_prefix, older_than_ms)
+        infos = await self.coordinator.list_txns(state, label_prefix, older_than_ms)
         if p is not None and is_restricted(p):
             infos = [info for info in infos if info.owner == p.name]
         return infos

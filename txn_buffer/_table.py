@@ -11,7 +11,15 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from ledger import InvalidArgumentError, Store, TxnId, TxnNotFoundError, now_ms, unpack
+from ledger import (
+    InvalidArgumentError,
+    Store,
+    TxnId,
+    TxnNotFoundError,
+    ms_to_datetime,
+    now_ms,
+    unpack,
+)
 
 from ._records import (
     AckParticipant,
@@ -25,6 +33,39 @@ from ._state import TxnState
 from ._topic import Topic
 
 _STATES = {state.value: state for state in TxnState}
+_ENDED_ROWS = (
+    "SELECT seq, state, timeout_ms, deadline_ms, label, fenced, topics, created_ms, reason,"
+    " owner FROM txns WHERE state != 'open'"
+)
+_LIST_SLICE = 2_000
+"""Rows made into infos in one loop step at most when listing."""
+
+
+def _ended_info(
+    seq: int,
+    state: str,
+    timeout_ms: int,
+    deadline_ms: int,
+    label: str | None,
+    fenced: int,
+    topics: bytes,
+    created_ms: int,
+    reason: str | None,
+    owner: str | None,
+) -> TxnInfo:
+    """The info of an ended transaction from its row."""
+    return TxnInfo(
+        str(TxnId(seq)),
+        state,
+        label,
+        list(unpack(topics)),
+        bool(fenced),
+        timeout_ms,
+        ms_to_datetime(created_ms),
+        ms_to_datetime(deadline_ms),
+        reason,
+        owner,
+    )
 
 
 class _Outcomes:
@@ -259,14 +300,18 @@ class TxnTable:
         """Every known record (open and recently ended)."""
         return self._txns.values()
 
-    def list_txns(
+    async def list_txns(
         self,
         state: str | None = None,
         label_prefix: str | None = None,
         older_than_ms: int | None = None,
     ) -> list[TxnInfo]:
         """Transactions filtered by state, label prefix and age (begun more than
-        ``older_than_ms`` ago), oldest first."""
+        ``older_than_ms`` ago), oldest first.
+
+        Every transaction a GET would find is listed: ended ones no longer held in full
+        in memory are read from their rows (kept ``ended_retention`` seconds).
+        """
         if older_than_ms is not None and (
             isinstance(older_than_ms, bool)
             or not isinstance(older_than_ms, int)
@@ -281,9 +326,13 @@ class TxnTable:
                 raise InvalidArgumentError(f"unknown transaction state {state!r}") from None
         else:
             wanted = None
-        return [
-            record.info()
-            for record in self._txns.values()
+        # The records in memory first, in one step: a record that leaves memory later
+        # already has its final row (written in its end's batch, before it ended here),
+        # so the read below finds it; one begun later is simply not listed.
+        in_memory = set(self._txns)
+        listed = [
+            (seq, record.info())
+            for seq, record in self._txns.items()
             if (wanted is None or record.state is wanted)
             and (
                 label_prefix is None
@@ -291,6 +340,27 @@ class TxnTable:
             )
             and (born_before is None or record.created_ms <= born_before)
         ]
+        if wanted is not None and not wanted.is_ended:
+            return [info for _, info in listed]
+        sql = [_ENDED_ROWS]
+        params: list[object] = []
+        if wanted is not None:
+            sql.append("AND state = ?")
+            params.append(wanted.value)
+        if label_prefix is not None:  # substr counts characters, as str.startswith does
+            sql.append("AND substr(label, 1, ?) = ?")
+            params += [len(label_prefix), label_prefix]
+        if born_before is not None:
+            sql.append("AND created_ms <= ?")
+            params.append(born_before)
+        rows = await self._store.read(" ".join(sql), tuple(params))
+        for done, row in enumerate(rows, 1):
+            if row[0] not in in_memory:
+                listed.append((row[0], _ended_info(*row)))
+            if done % _LIST_SLICE == 0:
+                await asyncio.sleep(0)
+        listed.sort(key=lambda pair: pair[0])
+        return [info for _, info in listed]
 
     def open_records(self) -> list[TxnRecord]:
         """Transactions currently open."""

@@ -68,9 +68,9 @@ async def test_begin_hands_out_increasing_ids(harness: Harness, coord: Coordinat
     assert coord.get(str(first.txn_id)) is first
     assert coord.get(second.txn_id) is second
     assert coord.check_open(first.txn_id) is first
-    assert [r.txn for r in coord.list_txns()] == [str(first.txn_id), str(second.txn_id)]
-    assert coord.list_txns(label_prefix="on")[0].label == "one"
-    assert coord.list_txns(state="committed") == []
+    assert [r.txn for r in await coord.list_txns()] == [str(first.txn_id), str(second.txn_id)]
+    assert (await coord.list_txns(label_prefix="on"))[0].label == "one"
+    assert await coord.list_txns(state="committed") == []
     await harness.store.flush()
     assert coord.id_is_durable(second.txn_id)
 
@@ -104,7 +104,7 @@ async def test_unknown_and_malformed_ids(coord: Coordinator) -> None:
         with pytest.raises(TxnNotFoundError):
             await coord.abort(txn)
     with pytest.raises(InvalidArgumentError):
-        coord.list_txns(state="limbo")
+        await coord.list_txns(state="limbo")
 
 
 # -- commit and abort ------------------------------------------------------------------
@@ -284,7 +284,7 @@ async def test_a_new_begin_fences_the_open_holder(harness: Harness, coord: Coord
     await harness.send(new, "a")
     await coord.commit(new.txn_id)
     assert new.state is TxnState.COMMITTED
-    assert [i.fenced for i in coord.list_txns()] == [True, False, False]
+    assert [i.fenced for i in await coord.list_txns()] == [True, False, False]
 
 
 async def test_a_new_begin_fences_an_ended_holder(harness: Harness, coord: Coordinator) -> None:
@@ -464,13 +464,13 @@ async def test_load_restores_the_transaction_log(harness: Harness, coord: Coordi
     await harness.send(short, "b")
     await harness.store.flush()
     forgotten = {str(unused.txn_id), str(fencer.txn_id)}
-    kept = [i for i in coord.list_txns() if i.txn not in forgotten]
+    kept = [i for i in await coord.list_txns() if i.txn not in forgotten]
     deadlines = {r.txn_id: r.deadline_ms for r in coord.records()}
     handed_out = max(r.txn_id.seq for r in coord.records())
 
     coord = await harness.reopen()
-    assert coord.list_txns() == kept
-    assert [r.txn for r in coord.list_txns(state="open")] == [
+    assert await coord.list_txns() == kept
+    assert [r.txn for r in await coord.list_txns(state="open")] == [
         str(t.txn_id) for t in (open_txn, cleanly_closed, short)
     ]
     for record in coord.records():
@@ -534,5 +534,36 @@ async def test_ended_transactions_keep_little_memory_and_still_end_idempotently(
         coord = await harness.reopen()  # a restart loads the same tiers
         assert [r.txn_id for r in coord.records() if r.state.is_ended] == ended[-3:]
         assert coord.get(ended[5]).state == "committed"
+    finally:
+        await harness.store.close()
+
+
+async def test_a_listing_names_every_transaction_a_get_finds(path: Path) -> None:
+    """Ended transactions pushed out of memory are still listed, from their rows (a
+    crash drill asking for its in-doubt commits by label found only the newest 1,000)."""
+    harness = Harness(path, ended_in_memory=2, outcomes_kept=100)
+    coord = await harness.open()
+    try:
+        ids = []
+        for n in range(7):
+            record = coord.begin(label=f"job:{n % 2}:{n}")
+            await harness.send(record, "a", n)
+            await (coord.commit if n % 3 else coord.abort)(record.txn_id)
+            ids.append(record.txn_id)
+        still_open = coord.begin(label="job:0:open")
+        await harness.send(still_open, "b")
+        ids.append(still_open.txn_id)
+        for attempt in ("running", "reopened"):
+            gets = [await coord.read_info(coord.get(txn)) for txn in ids]
+            assert await coord.list_txns() == gets, attempt
+            assert await coord.list_txns(label_prefix="job:0:") == [
+                info for info in gets if info.label and info.label.startswith("job:0:")
+            ]
+            assert [i.txn for i in await coord.list_txns(state="aborted")] == [
+                str(ids[n]) for n in (0, 3, 6)
+            ]
+            assert await coord.list_txns(state="open", label_prefix="job:0") == [gets[-1]]
+            assert await coord.list_txns(older_than_ms=3_600_000) == []
+            coord = await harness.reopen()
     finally:
         await harness.store.close()
