@@ -3,7 +3,7 @@
 One POST endpoint at the same path as the real produce endpoint: it reads and parses the
 JSON body (``await request.json()``), stores nothing, and answers a produce-shaped body
 (one position per message). No pydantic request model, no middleware, no engine: what
-is left is uvicorn + h11 + Starlette/FastAPI routing + ``json``, i.e. the floor under
+is left is uvicorn + httptools + Starlette/FastAPI routing + ``json``, i.e. the floor under
 any endpoint of the real server. ``benchmarks.h_http`` runs it with the same uvicorn
 settings as ``txnstream serve``::
 

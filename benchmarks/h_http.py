@@ -10,8 +10,8 @@ Servers (real uvicorn processes on a free loopback port, killed in ``finally``):
   --log-level warning`` (default durability ``full``), a fresh data directory per run;
 * H0: ``python -m uvicorn benchmarks.h0_app:app --host 127.0.0.1 --port P --log-level
   warning --no-access-log --timeout-keep-alive 30``: the uvicorn settings ``serve`` uses
-  (``api/cli/_serve.py::make_server``: access log off, keep-alive 30 s; the same asyncio loop
-  and h11 parser are picked by ``auto`` as uvloop/httptools are not installed).
+  (``api/cli/_serve.py::make_server``: access log off, keep-alive 30 s; ``auto`` picks
+  uvloop and the httptools parser for both, as the package installs them).
 
 Load generator: this process, 64 workers pulling operations from a shared counter, each
 request on one of 64 keep-alive HTTP/1.1 connections of a small asyncio-streams client
@@ -108,7 +108,7 @@ class Sizes:
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
-        return cls(600, 60, 50) if quick else cls(3000, 300, 200)
+        return cls(600, 60, 50) if quick else cls(3000, 1500, 200)
 
 
 # -- load generation -------------------------------------------------------------------

@@ -3,12 +3,13 @@
 
 Both read the raw body. A produce body of the common shape (``messages`` of ``value`` or
 ``value_b64`` with optional ``key`` and ``properties``, optionally ``txn``) takes a fast
-path: ``json.loads`` and one loop of exact type checks, with no model object per message
-(a pydantic ``MessageIn`` cost ~1.2 us and its field access ~1 us more, a third of the
-HTTP cost of a message). The fast path only ever *accepts*: anything it does not
-recognise (a producer id, an unknown field, a wrong type, a surrogate escape, a
-non-finite number, bad base64) goes to pydantic-core's validation of the whole body
-(``model_validate_json``), which gives the contract's 400 errors. A large body (a legal
+path: one msgspec decode into small structs, base64 included, with no pydantic model
+per message (a ``MessageIn`` cost ~1.2 us and its field access ~1 us more; the previous
+``json.loads`` + Python checks ~1.9 us a message, msgspec ~0.17 us). The fast path only
+ever *accepts*: anything it does not recognise (a producer id, an unknown field, a wrong
+type, a lone surrogate, a non-finite number, bad base64) goes to pydantic-core's
+validation of the whole body (``model_validate_json``), which gives the contract's 400
+errors. A large body (a legal
 batch may hold 10,000+ messages) is parsed, checked and encoded in a worker thread, so
 other requests keep being answered meanwhile. The request models stay the OpenAPI
 description of the bodies (see ``_app.py``).
@@ -17,12 +18,9 @@ description of the bodies (see ``_app.py``).
 from __future__ import annotations
 
 import asyncio
-import binascii
-import json
-import math
-import re
 from typing import Any, TypeVar
 
+import msgspec
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -163,20 +161,24 @@ def _parse(
     return body, [("", outgoing(m, max_message_bytes)) for m in messages]
 
 
-_MESSAGE_FIELDS = frozenset(("value", "value_b64", "key", "properties"))
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # json takes lone ones; JSON does not
+class _FastMessage(msgspec.Struct, forbid_unknown_fields=True):
+    """A produce message as the fast path decodes it (UNSET: the field was absent)."""
+
+    value: Any = msgspec.UNSET
+    value_b64: bytes | msgspec.UnsetType = msgspec.UNSET  # standard base64 with padding
+    key: str | None = None
+    properties: dict[str, str] | None = None
+
+
+class _FastProduce(msgspec.Struct, forbid_unknown_fields=True):
+    """A produce body of the common shape (no producer id)."""
+
+    messages: list[_FastMessage]
+    txn: str | None = None
+
+
+_FAST_DECODER = msgspec.json.Decoder(_FastProduce)
 _MAX_TXN_ID = 200  # TxnIdStr's max_length
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):  # 1e400
-        raise ValueError("numbers must be finite")
-    return value
 
 
 def _parse_plain(
@@ -184,54 +186,37 @@ def _parse_plain(
 ) -> tuple[ProduceRequest, list[tuple[str, OutgoingMessage]]] | None:
     """The fast path of :func:`_parse` for a produce body; None: let pydantic decide.
 
-    Accepts only what ``ProduceRequest`` accepts, with the same result.
+    Accepts only what ``ProduceRequest`` accepts, with the same result. msgspec parses,
+    type-checks and base64-decodes the whole body in C (~17 us for 100 messages, where
+    ``json.loads`` and a loop of checks took ~190 us): its JSON is strict (no NaN,
+    Infinity, 1e400 or lone surrogates) and its base64 is the schema's pattern; any
+    error it raises just sends the body to the model, which gives the contract's 400.
     """
-    if raw[:1] != b"{" or _SURROGATE_ESCAPE.search(raw):
-        return None  # (a BOM or UTF-16 would also decode here; jiter refuses them)
+    if raw[:1] != b"{":
+        return None  # (a BOM or UTF-16 is refused by the model: leave it the error)
     try:
-        data = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
-    except (ValueError, RecursionError):  # (RecursionError: nesting deeper than ~1,000)
+        body = _FAST_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError):  # (nesting deeper than ~1,000)
         return None
-    messages = data.get("messages")
-    if type(messages) is not list or not messages or not data.keys() <= {"messages", "txn"}:
+    messages, txn = body.messages, body.txn
+    if not messages or (txn is not None and len(txn) > _MAX_TXN_ID):
         return None
-    txn = data.get("txn")
-    if txn is not None and (type(txn) is not str or len(txn) > _MAX_TXN_ID):
-        return None
+    unset = msgspec.UNSET
+    # A value_b64 whose text is longer than the limit's allows may be too large: the
+    # model path says which error comes first (this is that text length, decoded).
+    largest = max_message_bytes // 3 * 3
     out: list[tuple[str, OutgoingMessage]] = []
     append = out.append
-    fields = _MESSAGE_FIELDS
-    a2b_base64 = binascii.a2b_base64
-    max_b64 = max_message_bytes // 3 * 4  # texts this long decode within the limit
     for message in messages:
-        if type(message) is not dict or not message.keys() <= fields:
-            return None
-        key = message.get("key")
-        properties = message.get("properties")
-        if key is not None and type(key) is not str:
-            return None
-        if properties is not None and not (
-            type(properties) is dict
-            and all(type(k) is str and type(v) is str for k, v in properties.items())
-        ):
-            return None
-        if "value_b64" in message:
-            text = message["value_b64"]
-            if "value" in message or type(text) is not str or len(text) % 4:
+        value, data = message.value, message.value_b64
+        if data is unset:
+            if value is unset:
                 return None
-            if len(text) > max_b64:
-                return None  # maybe too large: the model path says which error comes first
-            try:  # strict: what BASE64_PATTERN matches, but for '===' (3x faster than it)
-                value: Any = a2b_base64(text, strict_mode=True)
-            except ValueError:
-                return None
-            if text.endswith("==="):
-                return None
-        elif "value" in message:
-            value = message["value"]
+        elif value is not unset or len(data) > largest:
+            return None
         else:
-            return None
-        append(("", OutgoingMessage(value, key, properties or {})))
+            value = data
+        append(("", OutgoingMessage(value, message.key, message.properties or {})))
     if len(out) > max_messages:  # (after validating all, as the model path does)
         raise TooLargeError(
             f"{len(out)} messages in one request exceed the limit of {max_messages}"

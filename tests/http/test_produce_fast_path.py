@@ -126,6 +126,7 @@ def test_values_near_the_size_limit(size: int) -> None:
         b'{"messages": [{"value": [1, -Infinity]}]}',
         b'{"messages": [{"value": {"a": 1e400}}]}',
         b'{"messages": [' + b"[" * 5000 + b"]" * 5000 + b"]}",
+        b'{"messages": [{"value": ' + b"[" * 5000 + b"]" * 5000 + b"}]}",  # too deep to parse
     ],
 )
 def test_unusual_bodies_go_to_the_model(raw: bytes) -> None:
