@@ -1,5 +1,6 @@
-"""The produce body's fast path accepts only what the request model accepts, with the
-same messages: for any body, it either steps aside (None) or agrees with pydantic."""
+"""The fast path of produce and batch bodies accepts only what the request model accepts,
+with the same messages: for any body, it either steps aside (None) or agrees with the
+model's own validation (pydantic)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api import TooLargeError
-from api.http._messages import _parse, _parse_plain
-from api.http._schemas import BASE64_PATTERN, ProduceRequest
+from api.http._messages import _parse_fast, _parse_model
+from api.http._schemas import BASE64_PATTERN, BatchRequest, ProduceRequest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,16 +36,14 @@ b64_texts = (
     )
     | st.sampled_from(["AAAA====", "A===", "AA=A", "AAA", "=AAA", "AA==\n", "not base64", ""])
 )
-messages = st.fixed_dictionaries(
-    {},
-    optional={
-        "value": json_values,
-        "value_b64": b64_texts | json_values,
-        "key": texts | json_values,
-        "properties": st.dictionaries(texts, texts, max_size=2) | json_values,
-        "extra": json_values,
-    },
-)
+message_fields = {
+    "value": json_values,
+    "value_b64": b64_texts | json_values,
+    "key": texts | json_values,
+    "properties": st.dictionaries(texts, texts, max_size=2) | json_values,
+    "extra": json_values,
+}
+messages = st.fixed_dictionaries({}, optional=message_fields)
 bodies = st.fixed_dictionaries(
     {"messages": st.lists(messages, max_size=MAX_MESSAGES + 1) | json_values},
     optional={
@@ -55,30 +54,75 @@ bodies = st.fixed_dictionaries(
 )
 
 
-def slow(raw: bytes) -> Any:
-    """What the validated model makes of ``raw``: messages and txn, or the error type."""
+topics = st.sampled_from(["orders", "a.b-c_d", "_x", "__internal", "orders\n", "", "x" * 201])
+batch_bodies = st.fixed_dictionaries(
+    {
+        "messages": st.lists(
+            st.fixed_dictionaries({"topic": topics | json_values}, optional=message_fields)
+            | messages,
+            max_size=MAX_MESSAGES + 1,
+        )
+        | json_values
+    },
+    optional={"txn": st.just("txn-1"), "extra": json_values},
+)
+
+
+def _parse_plain(raw: bytes, max_messages: int, max_message_bytes: int) -> Any:
+    return _parse_fast(raw, ProduceRequest, max_messages, max_message_bytes)
+
+
+def slow(raw: bytes, model: Any = ProduceRequest) -> Any:
+    """What the validated model alone makes of ``raw``: txn and messages (with their
+    topics), or the error type."""
     try:
-        body, out = _parse(raw, ProduceRequest, MAX_MESSAGES, MAX_BYTES, nonfinite=True)
+        body, out = _parse_model(raw, model, MAX_MESSAGES, MAX_BYTES, nonfinite=True)
     except Exception as exc:  # noqa: BLE001 - the error's type is the result
         return type(exc)
-    return body.txn, [(m.value, m.key, m.properties) for _, m in out]
+    return getattr(body, "txn", None), [(t, m.value, m.key, m.properties) for t, m in out]
+
+
+def agree(raw: bytes, model: Any) -> bool:
+    """The fast path steps aside or agrees with the model; True if it took the body."""
+    expected = slow(raw, model)
+    try:
+        fast = _parse_fast(raw, model, MAX_MESSAGES, MAX_BYTES)
+    except TooLargeError:
+        assert expected is TooLargeError
+        return True
+    if fast is None:
+        return False
+    got_body, out = fast
+    got = getattr(got_body, "txn", None), [(t, m.value, m.key, m.properties) for t, m in out]
+    assert got == expected
+    if model is ProduceRequest:
+        assert (got_body.producer, got_body.sequence) == (None, None)
+    return True
 
 
 @settings(max_examples=600)
 @given(bodies)
 def test_the_fast_path_agrees_with_the_model_or_steps_aside(body: dict[str, Any]) -> None:
-    raw = json.dumps(body).encode()
-    expected = slow(raw)
-    try:
-        fast = _parse_plain(raw, MAX_MESSAGES, MAX_BYTES)
-    except TooLargeError:
-        assert expected is TooLargeError
-        return
-    if fast is None:
-        return
-    got_body, out = fast
-    assert (got_body.txn, [(m.value, m.key, m.properties) for _, m in out]) == expected
-    assert (got_body.producer, got_body.sequence) == (None, None)
+    agree(json.dumps(body).encode(), ProduceRequest)
+
+
+@settings(max_examples=600)
+@given(batch_bodies)
+def test_the_batch_fast_path_agrees_with_the_model_or_steps_aside(body: dict[str, Any]) -> None:
+    agree(json.dumps(body).encode(), BatchRequest)
+
+
+def test_common_batch_bodies_take_the_fast_path() -> None:
+    raw = json.dumps(
+        {
+            "messages": [
+                {"topic": "orders", "value": {"id": 1}},
+                {"topic": "audit", "value_b64": "AAE="},
+            ]
+        }
+    ).encode()
+    assert agree(raw, BatchRequest)
+    assert not agree(b'{"messages": [{"topic": "orders\\n", "value": 1}]}', BatchRequest)
 
 
 def test_the_common_bodies_take_the_fast_path() -> None:
