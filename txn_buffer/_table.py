@@ -22,6 +22,7 @@ from ledger import (
 )
 
 from ._records import (
+    _REASON_CODES,
     AckParticipant,
     PendingAck,
     TxnInfo,
@@ -33,10 +34,19 @@ from ._state import TxnState
 from ._topic import Topic
 
 _STATES = {state.value: state for state in TxnState}
+_OUTCOME_CODES = (  # (seq, _outcome_code()) of ended transactions, computed by SQLite
+    # (SQLite gives | and << one precedence, left to right: hence the parentheses)
+    "SELECT seq, (state = 'committed') | ((fenced != 0) << 1) | ((CASE reason "
+    + " ".join(f"WHEN '{reason}' THEN {code}" for reason, code in _REASON_CODES.items())
+    + " ELSE 0 END) << 2) FROM txns WHERE state != 'open' AND ended_ms >= ? AND seq < ?"
+    " ORDER BY seq DESC LIMIT ?"
+)
 _ENDED_ROWS = (
     "SELECT seq, state, timeout_ms, deadline_ms, label, fenced, topics, created_ms, reason,"
     " owner FROM txns WHERE state != 'open'"
 )
+_LOAD_SLICE = 20_000
+"""Outcomes loaded in one loop step at most (~4 ms)."""
 _LIST_SLICE = 2_000
 """Rows made into infos in one loop step at most when listing."""
 
@@ -96,6 +106,30 @@ class _Outcomes:
         code = chunk[seq & ((1 << self._bits) - 1)]
         return code - 1 if code else None
 
+    def put_sorted(self, codes: Iterable[tuple[int, int]]) -> None:
+        """:meth:`put` of many ``(seq, code)`` pairs in ascending seq order (a recovery
+        loads tens of thousands: ~0.2 us a pair here, ~0.9 us through :meth:`put`)."""
+        if self._kept <= 0:
+            return
+        bits = self._bits
+        mask = (1 << bits) - 1
+        chunks, counts = self._chunks, self._counts
+        index, chunk = -1, bytearray()
+        for seq, code in codes:
+            if seq >> bits != index:
+                index = seq >> bits
+                found = chunks.pop(index, None)
+                if found is None:
+                    found = bytearray(1 << bits)
+                    counts[index] = 0
+                chunks[index] = chunk = found  # now the most recently written
+            offset = seq & mask
+            if not chunk[offset]:
+                counts[index] += 1
+                self.count += 1
+            chunk[offset] = code + 1
+        self._trim()
+
     def put(self, seq: int, code: int) -> None:
         """Keep ``code`` (0..254) for ``seq``; drop the oldest chunks beyond the limit."""
         if self._kept <= 0:
@@ -111,6 +145,11 @@ class _Outcomes:
             counts[index] += 1
             self.count += 1
         chunk[offset] = code + 1
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently written chunks while the rest hold ``kept``."""
+        chunks, counts = self._chunks, self._counts
         while len(chunks) > 1:
             oldest = next(iter(chunks))
             if self.count - counts[oldest] < self._kept:
@@ -152,6 +191,7 @@ class TxnTable:
         self._ended: deque[int] = deque()  # full ended records, oldest end first
         self._ended_in_memory = ended_in_memory
         self._outcomes = _Outcomes(outcomes_kept)  # seq -> _outcome_code()
+        self._outcomes_kept = outcomes_kept
         self.ack_participant: AckParticipant | None = None
         self.on_ended: Callable[[TxnRecord, bool], None] | None = None
 
@@ -177,13 +217,16 @@ class TxnTable:
             if oldest_kept:
                 boundary = oldest_kept[0][0]
         if boundary >= 0:
-            for seq, state, fenced, reason in await self._store.read(
-                "SELECT seq, state, fenced, reason FROM txns"
-                " WHERE state != 'open' AND ended_ms >= ? AND seq < ? ORDER BY seq",
-                (horizon, boundary),
-            ):
-                self._keep_outcome(seq, state == "committed", fenced, reason)
-                self._next_seq = max(self._next_seq, seq + 1)
+            codes = await self._store.read(
+                _OUTCOME_CODES, (horizon, boundary, self._outcomes_kept)
+            )  # the newest first: the counter is past the first
+            if codes:
+                self._next_seq = max(self._next_seq, codes[0][0] + 1)
+            codes.reverse()
+            for start in range(0, len(codes), _LOAD_SLICE):  # 200,000 would be one ~40 ms step
+                if start:
+                    await asyncio.sleep(0)
+                self._outcomes.put_sorted(codes[start : start + _LOAD_SLICE])
         rows = await self._store.read(
             "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
             " topics, acks, created_ms, ended_ms, reason, owner FROM txns"

@@ -7,6 +7,8 @@ Begin, commit, abort, finish (atomic, idempotence keys), timeouts, fencing by
 from __future__ import annotations
 
 import asyncio
+import itertools
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,10 @@ from ledger import (
     WriteBatch,
     now_ms,
 )
+from ledger._schema import migrate
 from txn_buffer import Coordinator, TxnRecord, TxnState
+from txn_buffer._records import REASONS, _outcome_code
+from txn_buffer._table import _OUTCOME_CODES
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -565,5 +570,42 @@ async def test_a_listing_names_every_transaction_a_get_finds(path: Path) -> None
             assert await coord.list_txns(state="open", label_prefix="job:0") == [gets[-1]]
             assert await coord.list_txns(older_than_ms=3_600_000) == []
             coord = await harness.reopen()
+    finally:
+        await harness.store.close()
+
+
+def test_outcome_codes_read_by_sqlite_equal_the_ones_made_in_memory() -> None:
+    """Recovery computes outcome codes in SQL; every state x fenced x reason agrees."""
+    conn = sqlite3.connect(":memory:")
+    migrate(conn)
+    combos = list(itertools.product(("committed", "aborted"), (0, 1), (*REASONS, None)))
+    conn.executemany(
+        "INSERT INTO txns (seq, state, timeout_ms, deadline_ms, fenced, topics, acks,"
+        " created_ms, ended_ms, reason) VALUES (?, ?, 0, 0, ?, x'90', x'90', 0, 5, ?)",
+        [(seq, state, fenced, reason) for seq, (state, fenced, reason) in enumerate(combos)],
+    )
+    codes = dict(conn.execute(_OUTCOME_CODES, (0, len(combos), len(combos))).fetchall())
+    assert codes == {
+        seq: _outcome_code(state == "committed", bool(fenced), reason)
+        for seq, (state, fenced, reason) in enumerate(combos)
+    }
+
+
+async def test_outcomes_load_in_slices(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart loads outcome-only transactions a slice at a time (chunks of 4 seqs and
+    slices of 3 here), each as it ended."""
+    harness = Harness(path, ended_in_memory=1, outcomes_kept=100)
+    coord = await harness.open()
+    try:
+        ended = {}
+        for n in range(11):
+            record = coord.begin()
+            await harness.send(record, "a", n)
+            await (coord.commit if n % 3 else coord.abort)(record.txn_id)
+            ended[record.txn_id] = "committed" if n % 3 else "aborted"
+        monkeypatch.setattr("txn_buffer._table._LOAD_SLICE", 3)
+        coord = await harness.reopen()
+        assert {txn: coord.get(txn).state for txn in ended} == ended
+        assert coord.begin().txn_id.seq > max(t.seq for t in ended)
     finally:
         await harness.store.close()
