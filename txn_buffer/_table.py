@@ -10,6 +10,7 @@ import asyncio
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 
 from ledger import (
     InvalidArgumentError,
@@ -132,20 +133,7 @@ class _Outcomes:
 
     def put(self, seq: int, code: int) -> None:
         """Keep ``code`` (0..254) for ``seq``; drop the oldest chunks beyond the limit."""
-        if self._kept <= 0:
-            return
-        index, offset = seq >> self._bits, seq & ((1 << self._bits) - 1)
-        chunks, counts = self._chunks, self._counts
-        chunk = chunks.pop(index, None)
-        if chunk is None:
-            chunk = bytearray(1 << self._bits)
-            counts[index] = 0
-        chunks[index] = chunk  # now the most recently written
-        if not chunk[offset]:
-            counts[index] += 1
-            self.count += 1
-        chunk[offset] = code + 1
-        self._trim()
+        self.put_sorted(((seq, code),))
 
     def _trim(self) -> None:
         """Drop the least recently written chunks while the rest hold ``kept``."""
@@ -301,17 +289,8 @@ class TxnTable:
         """The full info of a transaction, reading its row when only its outcome is kept."""
         if not record.compact:
             return record.info()
-        rows = await self._store.read(
-            "SELECT timeout_ms, deadline_ms, label, topics, created_ms, owner FROM txns"
-            " WHERE seq = ?",
-            (record.txn_id.seq,),
-        )
-        if rows:
-            timeout_ms, deadline_ms, label, topics, created_ms, owner = rows[0]
-            record.timeout_ms, record.deadline_ms, record.label = timeout_ms, deadline_ms, label
-            record.topics, record.created_ms = dict.fromkeys(unpack(topics)), created_ms
-            record.owner = owner
-        return record.info()
+        rows = await self._store.read(_ENDED_ROWS + " AND seq = ?", (record.txn_id.seq,))
+        return _ended_info(*rows[0]) if rows else record.info()
 
     async def owner_of(self, record: TxnRecord) -> str | None:
         """The principal that began ``record`` (read from its row when only its outcome is
@@ -402,7 +381,7 @@ class TxnTable:
                 listed.append((row[0], _ended_info(*row)))
             if done % _LIST_SLICE == 0:
                 await asyncio.sleep(0)
-        listed.sort(key=lambda pair: pair[0])
+        listed.sort(key=itemgetter(0))
         return [info for _, info in listed]
 
     def open_records(self) -> list[TxnRecord]:

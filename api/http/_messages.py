@@ -227,7 +227,8 @@ def _parse_fast(
     except (msgspec.DecodeError, RecursionError):  # (nesting deeper than ~1,000)
         return None
     messages = body.messages
-    txn = body.txn if type(body) is _FastProduce else None
+    batch = type(body) is _FastBatch
+    txn = None if batch else body.txn
     if not messages or (txn is not None and len(txn) > _MAX_TXN_ID):
         return None
     unset = msgspec.UNSET
@@ -245,7 +246,7 @@ def _parse_fast(
             return None
         else:
             value = data
-        topic = message.topic if type(message) is _FastBatchMessage else ""
+        topic = message.topic if batch else ""
         append((topic, OutgoingMessage(value, message.key, message.properties or {})))
     if len(out) > max_messages:  # (after validating all, as the model path does)
         raise TooLargeError(
