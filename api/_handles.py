@@ -39,7 +39,12 @@ class Transaction:
 
         Durable at the latest when :meth:`commit` returns.
         """
-        return await self._engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+        engine = self._engine
+        position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+        while position is None:  # held back: the only await of a send
+            await engine.store.wait_writable()
+            position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+        return position
 
     async def send_many(
         self, topic: str, values: Sequence[Any], *, key: str | None = None

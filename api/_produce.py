@@ -143,16 +143,20 @@ class Producing(EngineCore):
         assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
         return result[0]
 
-    async def send_one_in_txn(
+    def send_one_in_txn(
         self,
         topic: str,
         value: Any,
         key: str | None,
         properties: dict[str, str] | None,
         txn: TxnId,
-    ) -> Position:
+    ) -> Position | None:
         """One message in open transaction ``txn`` (pipelined): ``Transaction.send``'s
-        path, with no per-send batch, future or callback of its own."""
+        path, with no per-send batch, future, callback or coroutine of its own.
+
+        None (nothing done) when the store holds writes back (backpressure, or a failed
+        store): await :meth:`~ledger.Store.wait_writable`, then call again.
+        """
         limit = self.config.max_message_bytes
         if key is None and not properties and (properties is None or type(properties) is dict):
             encoded: tuple[str | None, bytes, dict[str, str]] = (None, encode_value(value), {})
@@ -163,8 +167,8 @@ class Producing(EngineCore):
         store = self.store
         store.check_space()
         if store.over_limit or store.failure is not None:
-            await store.wait_writable()
-        # Nothing below awaits: the position is assigned and queued in one step.
+            return None
+        # The position is assigned and queued in this one step.
         topic_ = self._topics.get(topic) if self.state is EngineState.OPEN else None
         if topic_ is None:
             topic_ = self._topic(topic)  # raises the right error

@@ -179,9 +179,11 @@ class ManagedLedger(LedgerReads):
     ) -> list[Position]:
         """:meth:`prepare_append` for data entries of one transaction (or none), in runs
         that each fill one ledger: the common case (it all fits) is one run."""
-        current = self._ledgers[-1]
         count = len(payloads)
-        size = sum(map(len, payloads)) if count > 1 else len(payloads[0])
+        if count == 1:
+            return [self.prepare_one(batch, payloads[0], txn_seq)]
+        current = self._ledgers[-1]
+        size = sum(map(len, payloads))
         if (
             current.entries + count <= self.max_entries
             and current.bytes + size - len(payloads[-1]) < self.max_bytes
@@ -201,6 +203,20 @@ class ManagedLedger(LedgerReads):
             start += n
         return positions
 
+    def prepare_one(self, batch: WriteBatch, payload: bytes, txn_seq: int | None) -> Position:
+        """:meth:`prepare_data` of one payload (a ``Transaction.send``): no lists made."""
+        current = self._ledgers[-1]
+        if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
+            current = self._roll_over(batch, [])  # a ledger takes an entry while below both
+        entry_id = current.entries
+        size = len(payload)
+        current.entries = entry_id + 1
+        current.bytes += size
+        batch.entries += 1
+        batch.bytes += size
+        batch.add(_INSERT_ENTRY, (self.topic_id, current.ledger_id, entry_id, 0, txn_seq, payload))
+        return Position(current.ledger_id, entry_id)
+
     def _add_run(
         self,
         batch: WriteBatch,
@@ -218,9 +234,6 @@ class ManagedLedger(LedgerReads):
         batch.entries += count
         batch.bytes += size
         topic_id = self.topic_id
-        if count == 1:
-            batch.add(_INSERT_ENTRY, (topic_id, ledger_id, base, 0, txn_seq, payloads[0]))
-            return [Position(ledger_id, base)]
         batch.add_many(
             _INSERT_ENTRY,
             [

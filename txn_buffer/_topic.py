@@ -163,9 +163,7 @@ class Topic:
         """:meth:`prepare_data` for one message (a ``Transaction.send``)."""
         key, value, properties = message
         payload = encode_payload(key, value, properties, publish_ms or now_ms())
-        (position,) = self.ledger.prepare_data(
-            batch, (payload,), None if txn_id is None else txn_id.seq
-        )
+        position = self.ledger.prepare_one(batch, payload, None if txn_id is None else txn_id.seq)
         if txn_id is not None:
             span = self._txn_spans.get(txn_id.seq)
             if span is None:
