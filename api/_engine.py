@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -403,12 +403,28 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
     ) -> list[TxnInfo]:
         """Known transactions, filtered by state, label prefix and age (begun more than
         ``older_than_ms`` ago); with a non-admin ``principal``, only its own."""
+        pages = self.iter_transactions(state, label_prefix, older_than_ms, principal=principal)
+        return [info async for page in pages for info in page]
+
+    async def iter_transactions(
+        self,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
+        *,
+        principal: PrincipalArg = None,
+    ) -> AsyncGenerator[list[TxnInfo], None]:
+        """:meth:`transactions` in pages, oldest first: a listing of millions of ended
+        transactions (all kept ``ended_txn_retention``) never sits in memory at once."""
         self._check_open()
         p = as_principal(principal)
-        infos = await self.coordinator.list_txns(state, label_prefix, older_than_ms)
-        if p is not None and is_restricted(p):
-            infos = [info for info in infos if info.owner == p.name]
-        return infos
+        restricted = p is not None and is_restricted(p)
+        async for page in self.coordinator.iter_txns(state, label_prefix, older_than_ms):
+            if restricted:
+                assert p is not None
+                page = [info for info in page if info.owner == p.name]
+            if page:
+                yield page
 
     async def finish(
         self,

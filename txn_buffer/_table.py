@@ -7,9 +7,10 @@ begin, use, decisions and timeouts on top.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from operator import itemgetter
 
 from ledger import (
@@ -49,7 +50,7 @@ _ENDED_ROWS = (
 _LOAD_SLICE = 20_000
 """Outcomes loaded in one loop step at most (~4 ms)."""
 _LIST_SLICE = 2_000
-"""Rows made into infos in one loop step at most when listing."""
+"""A listing's page: rows read and made into infos in one loop step."""
 
 
 def _ended_info(
@@ -329,10 +330,24 @@ class TxnTable:
         older_than_ms: int | None = None,
     ) -> list[TxnInfo]:
         """Transactions filtered by state, label prefix and age (begun more than
-        ``older_than_ms`` ago), oldest first.
+        ``older_than_ms`` ago), oldest first: :meth:`iter_txns` in one list."""
+        pages = self.iter_txns(state, label_prefix, older_than_ms)
+        return [info async for page in pages for info in page]
+
+    async def iter_txns(
+        self,
+        state: str | None = None,
+        label_prefix: str | None = None,
+        older_than_ms: int | None = None,
+        *,
+        page: int = _LIST_SLICE,
+    ) -> AsyncIterator[list[TxnInfo]]:
+        """:meth:`list_txns` in pages of about ``page`` infos, oldest first.
 
         Every transaction a GET would find is listed: ended ones no longer held in full
-        in memory are read from their rows (kept ``ended_retention`` seconds).
+        in memory are read from their rows (kept ``ended_retention`` seconds) one page
+        at a time, so a listing of millions holds one page of rows and infos at once.
+        Raises :class:`InvalidArgumentError` for a bad filter before the first page.
         """
         if older_than_ms is not None and (
             isinstance(older_than_ms, bool)
@@ -350,8 +365,9 @@ class TxnTable:
             wanted = None
         # The records in memory first, in one step: a record that leaves memory later
         # already has its final row (written in its end's batch, before it ended here),
-        # so the read below finds it; one begun later is simply not listed.
+        # so the reads below find it; one begun later is not listed (seq cap below).
         in_memory = set(self._txns)
+        newest = self._next_seq - 1
         listed = [
             (seq, record.info())
             for seq, record in self._txns.items()
@@ -362,8 +378,11 @@ class TxnTable:
             )
             and (born_before is None or record.created_ms <= born_before)
         ]
+        listed.sort(key=itemgetter(0))
         if wanted is not None and not wanted.is_ended:
-            return [info for _, info in listed]
+            for at in range(0, len(listed), page):
+                yield [info for _, info in listed[at : at + page]]
+            return
         sql = [_ENDED_ROWS]
         params: list[object] = []
         if wanted is not None:
@@ -375,14 +394,22 @@ class TxnTable:
         if born_before is not None:
             sql.append("AND created_ms <= ?")
             params.append(born_before)
-        rows = await self._store.read(" ".join(sql), tuple(params))
-        for done, row in enumerate(rows, 1):
-            if row[0] not in in_memory:
-                listed.append((row[0], _ended_info(*row)))
-            if done % _LIST_SLICE == 0:
-                await asyncio.sleep(0)
-        listed.sort(key=itemgetter(0))
-        return [info for _, info in listed]
+        sql.append("AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?")  # keyset pages
+        query = " ".join(sql)
+        after, taken = -1, 0  # listed[:taken] went out already
+        while True:
+            rows = await self._store.read(query, (*params, after, newest, page))
+            last = len(rows) < page
+            upto = newest if last else rows[-1][0]
+            ended = [(row[0], _ended_info(*row)) for row in rows if row[0] not in in_memory]
+            cut = bisect.bisect_right(listed, upto, lo=taken, key=itemgetter(0))
+            merged = [info for _, info in heapq.merge(listed[taken:cut], ended, key=itemgetter(0))]
+            taken = cut
+            if merged:
+                yield merged
+            if last:
+                return
+            after = upto
 
     def open_records(self) -> list[TxnRecord]:
         """Transactions currently open."""

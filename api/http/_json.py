@@ -12,10 +12,11 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 
@@ -52,6 +53,34 @@ def _sanitize(value: Any) -> Any:
 def ok(content: Any, status: int = 200) -> Response:
     """A JSON response of ``content``."""
     return Response(json_bytes(content), status_code=status, media_type="application/json")
+
+
+def ok_pages(
+    key: str,
+    first: Iterable[list[Any]],
+    rest: AsyncGenerator[list[Any], None],
+    item: Callable[[Any], Any],
+) -> StreamingResponse:
+    """``{key: [item(x), ...]}`` as a chunked response rendered one page per chunk: the
+    pages of ``first``, then those of ``rest`` (closed when the response ends, also when
+    the client goes away). For listings too large to hold or render in one step; an
+    error after the first chunk can only cut the body short."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield b'{"' + key.encode() + b'":['
+            separator = b""
+            for page in first:
+                yield separator + json_bytes([item(x) for x in page])[1:-1]
+                separator = b","
+            async for page in rest:
+                yield separator + json_bytes([item(x) for x in page])[1:-1]
+                separator = b","
+            yield b"]}"
+        finally:
+            await rest.aclose()
+
+    return StreamingResponse(chunks(), media_type="application/json")
 
 
 def error_body(code: str, message: str) -> bytes:

@@ -7,9 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
+from api import TxnInfo
+
 from ._auth import principal_of
 from ._errors import responses
-from ._json import ok, txn_json
+from ._json import ok, ok_pages, txn_json
 from ._params import TxnParam, engine_of
 from ._responses import FinishResponse, TxnListResponse, TxnResponse
 from ._schemas import BeginRequest, FinishRequest, TxnState
@@ -62,13 +64,17 @@ async def list_transactions(
     """Transactions, optionally filtered by state, label prefix and age (begun more than
     ``older_than_ms`` ago: hanging transactions)."""
     engine = engine_of(request)
-    infos = await engine.transactions(
-        state=state,
-        label_prefix=label_prefix,
-        older_than_ms=older_than_ms,
-        principal=principal_of(request),
+    pages = engine.iter_transactions(
+        state, label_prefix, older_than_ms, principal=principal_of(request)
     )
-    return ok({"transactions": [txn_json(info) for info in infos]})
+    # A bad filter fails on the first page, before any byte is sent.
+    first: list[TxnInfo] = await anext(pages, [])
+    second = await anext(pages, None)
+    if second is None:
+        return ok({"transactions": [txn_json(info) for info in first]})
+    # Thousands (an unfiltered listing names every transaction ended within the
+    # retention): one page of infos in memory and rendered per step, not all of them.
+    return ok_pages("transactions", (first, second), pages, txn_json)
 
 
 @router.post(

@@ -108,3 +108,29 @@ async def test_long_poll_during_subscription_delete_is_not_503(
     assert (await client.delete("/v1/topics/t/subscriptions/s")).status_code == 200
     r = await asyncio.wait_for(poll, timeout=10)
     assert r.status_code in (200, 404), r.text
+
+
+async def test_a_listing_of_thousands_streams_every_transaction_a_get_finds(
+    engine: Any, client: httpx.AsyncClient
+) -> None:
+    """An unfiltered listing names every transaction ended within the retention: past
+    one page it is sent page by page (chunked, no Content-Length), oldest first, and
+    says what a GET of each says; a small filtered listing stays one plain body."""
+    txns = [await engine.begin(label=f"job:{n % 3}:{n}") for n in range(4_500)]
+    await engine.finish(commit=[t.id for t in txns[::2]], abort=[t.id for t in txns[1::2]])
+    kept_open = await engine.begin(label="job:0:open")
+
+    response = await client.get("/v1/transactions")
+    assert response.status_code == 200
+    assert "content-length" not in response.headers  # streamed
+    listed = response.json()["transactions"]
+    assert [t["txn"] for t in listed] == [t.id for t in txns] + [kept_open.id]
+    for n in (0, 1, 999, 2_000, 2_001, 4_499):
+        assert listed[n] == (await client.get(f"/v1/transactions/{txns[n].id}")).json()
+    assert listed[-1]["state"] == "open"
+
+    small = await client.get("/v1/transactions", params={"label_prefix": "job:0:open"})
+    assert small.headers["content-length"] == str(len(small.content))
+    assert [t["txn"] for t in small.json()["transactions"]] == [kept_open.id]
+    aborted = await client.get("/v1/transactions", params={"state": "aborted"})
+    assert [t["txn"] for t in aborted.json()["transactions"]] == [t.id for t in txns[1::2]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -570,6 +571,39 @@ async def test_a_listing_names_every_transaction_a_get_finds(path: Path) -> None
             assert await coord.list_txns(state="open", label_prefix="job:0") == [gets[-1]]
             assert await coord.list_txns(older_than_ms=3_600_000) == []
             coord = await harness.reopen()
+    finally:
+        await harness.store.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_listing_pages_merge_memory_and_rows_in_id_order(path: Path, seed: int) -> None:
+    """Pages of a listing, any page size, joined: every transaction a GET finds, in id
+    order, though open and recently ended ones come from memory and older ones from
+    rows read page by page (the two interleave whenever an old transaction stays open)."""
+    rng = random.Random(seed)
+    harness = Harness(path, ended_in_memory=2, outcomes_kept=100)
+    coord = await harness.open()
+    try:
+        ids, open_ = [], []
+        for n in range(25):
+            record = coord.begin(label=f"job:{n % 2}:{n}")
+            ids.append(record.txn_id)
+            if rng.random() < 0.3:
+                open_.append(record)  # stays open: listed from memory among older rows
+            else:
+                await harness.send(record, "a", n)
+                await (coord.commit if rng.random() < 0.6 else coord.abort)(record.txn_id)
+        gets = [await coord.read_info(coord.get(txn)) for txn in ids]
+        for page in (1, 2, 3, 7, 100):
+            for state, prefix in ((None, None), ("aborted", None), (None, "job:1:")):
+                pages = [p async for p in coord.iter_txns(state, prefix, page=page)]
+                assert all(pages)
+                assert [i for p in pages for i in p] == [
+                    info
+                    for info in gets
+                    if (state is None or info.state == state)
+                    and (prefix is None or (info.label or "").startswith(prefix))
+                ], (page, state, prefix)
     finally:
         await harness.store.close()
 
