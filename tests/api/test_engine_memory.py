@@ -49,7 +49,8 @@ async def test_single_sends_wait_for_backpressure_and_keep_their_order(data_dir:
             largest_queue = max(largest_queue, engine.store._queued_entries)
         # a send held back waits for a flush instead of queueing without bound
         assert largest_queue <= config.max_pending_entries + 1
-        assert positions == sorted(positions) and len(set(positions)) == 400
+        assert positions == sorted(positions)
+        assert len(set(positions)) == 400
         await txn.commit()
         received = []
         while batch := await sub.receive(max=1000, timeout=0):
