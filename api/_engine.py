@@ -418,11 +418,10 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         transactions (all kept ``ended_txn_retention``) never sits in memory at once."""
         self._check_open()
         p = as_principal(principal)
-        restricted = p is not None and is_restricted(p)
+        only = p.name if p is not None and is_restricted(p) else None  # a non-admin's own
         async for page in self.coordinator.iter_txns(state, label_prefix, older_than_ms):
-            if restricted:
-                assert p is not None
-                page = [info for info in page if info.owner == p.name]
+            if only is not None:
+                page = [info for info in page if info.owner == only]
             if page:
                 yield page
 

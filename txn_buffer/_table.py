@@ -90,10 +90,10 @@ class _Outcomes:
     next to go).
     """
 
-    __slots__ = ("_bits", "_chunks", "_counts", "_kept", "count")
+    __slots__ = ("_bits", "_chunks", "_counts", "count", "kept")
 
     def __init__(self, kept: int) -> None:
-        self._kept = kept
+        self.kept = kept
         # chunks of up to 4,096 seqs; smaller for a small ``kept`` so it stays exact
         self._bits = min(12, max(0, (kept // 16).bit_length() - 1))
         self._chunks: dict[int, bytearray] = {}  # least recently written first
@@ -111,7 +111,7 @@ class _Outcomes:
     def put_sorted(self, codes: Iterable[tuple[int, int]]) -> None:
         """:meth:`put` of many ``(seq, code)`` pairs in ascending seq order (a recovery
         loads tens of thousands: ~0.2 us a pair here, ~0.9 us through :meth:`put`)."""
-        if self._kept <= 0:
+        if self.kept <= 0:
             return
         bits = self._bits
         mask = (1 << bits) - 1
@@ -141,7 +141,7 @@ class _Outcomes:
         chunks, counts = self._chunks, self._counts
         while len(chunks) > 1:
             oldest = next(iter(chunks))
-            if self.count - counts[oldest] < self._kept:
+            if self.count - counts[oldest] < self.kept:
                 break
             del chunks[oldest]
             self.count -= counts.pop(oldest)
@@ -180,7 +180,6 @@ class TxnTable:
         self._ended: deque[int] = deque()  # full ended records, oldest end first
         self._ended_in_memory = ended_in_memory
         self._outcomes = _Outcomes(outcomes_kept)  # seq -> _outcome_code()
-        self._outcomes_kept = outcomes_kept
         self.ack_participant: AckParticipant | None = None
         self.on_ended: Callable[[TxnRecord, bool], None] | None = None
 
@@ -207,7 +206,7 @@ class TxnTable:
                 boundary = oldest_kept[0][0]
         if boundary >= 0:
             codes = await self._store.read(
-                _OUTCOME_CODES, (horizon, boundary, self._outcomes_kept)
+                _OUTCOME_CODES, (horizon, boundary, self._outcomes.kept)
             )  # the newest first: the counter is past the first
             if codes:
                 self._next_seq = max(self._next_seq, codes[0][0] + 1)

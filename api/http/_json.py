@@ -66,16 +66,20 @@ def ok_pages(
     the client goes away). For listings too large to hold or render in one step; an
     error after the first chunk can only cut the body short."""
 
+    async def pages() -> AsyncIterator[list[Any]]:
+        for page in first:
+            yield page
+        async for page in rest:
+            yield page
+
     async def chunks() -> AsyncIterator[bytes]:
         try:
             yield b'{"' + key.encode() + b'":['
             separator = b""
-            for page in first:
-                yield separator + json_bytes([item(x) for x in page])[1:-1]
-                separator = b","
-            async for page in rest:
-                yield separator + json_bytes([item(x) for x in page])[1:-1]
-                separator = b","
+            async for page in pages():
+                if page:  # (an empty one would leave two commas)
+                    yield separator + json_bytes([item(x) for x in page])[1:-1]
+                    separator = b","
             yield b"]}"
         finally:
             await rest.aclose()
