@@ -48,7 +48,7 @@ def _payloads(messages: Sequence[OutgoingMessage], limit: int) -> list[bytes]:
 def _check_message(
     message: OutgoingMessage, limit: int
 ) -> tuple[str | None, bytes, dict[str, str]]:
-    if not isinstance(message, OutgoingMessage):
+    if type(message) is not OutgoingMessage and not isinstance(message, OutgoingMessage):
         raise InvalidArgumentError("messages must be OutgoingMessage instances")
     return encode_message(message.value, message.key, message.properties, limit)
 
@@ -57,6 +57,20 @@ def encode_message(
     value: Any, key: str | None, properties: dict[str, str] | None, limit: int
 ) -> tuple[str | None, bytes, dict[str, str]]:
     """Validate one message and pack its value: ``(key, packed value, properties)``."""
+    if key is None and not properties and (properties is None or type(properties) is dict):
+        packed = encode_value(value)  # the common message: a value alone
+    else:
+        key, properties = _checked_head(key, properties)
+        packed = encode_value(value)
+    if len(packed) > limit:
+        raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
+    return key, packed, properties or {}
+
+
+def _checked_head(
+    key: str | None, properties: dict[str, str] | None
+) -> tuple[str | None, dict[str, str]]:
+    """A message's key and a copy of its properties, checked."""
     if key is not None:
         if not isinstance(key, str):
             raise InvalidArgumentError("a message key must be a string or None")
@@ -74,10 +88,7 @@ def encode_message(
         properties = {}
     else:
         raise InvalidArgumentError("message properties must be a dict of str to str")
-    packed = encode_value(value)
-    if len(packed) > limit:
-        raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
-    return key, packed, properties
+    return key, properties
 
 
 def _check_text(text: str) -> None:
@@ -157,13 +168,7 @@ class Producing(EngineCore):
         None (nothing done) when the store holds writes back (backpressure, or a failed
         store): await :meth:`~ledger.Store.wait_writable`, then call again.
         """
-        limit = self.config.max_message_bytes
-        if key is None and not properties and (properties is None or type(properties) is dict):
-            encoded: tuple[str | None, bytes, dict[str, str]] = (None, encode_value(value), {})
-            if len(encoded[1]) > limit:
-                encoded = encode_message(value, key, properties, limit)  # raises TooLarge
-        else:
-            encoded = encode_message(value, key, properties, limit)
+        encoded = encode_message(value, key, properties, self.config.max_message_bytes)
         store = self.store
         store.check_space()
         if store.over_limit or store.failure is not None:

@@ -6,6 +6,7 @@ This is the only module that imports msgpack for entries. ``bytes`` stays ``byte
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
@@ -22,10 +23,25 @@ _ARRAY4 = b"\x94"  # msgpack fixarray header for 4 elements
 def encode_value(value: Any) -> bytes:
     """Encode a message value alone; raises :class:`InvalidArgumentError` if msgpack cannot."""
     try:
-        packed: bytes = msgpack.packb(value, use_bin_type=True)
+        packed: bytes = _packer().pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgumentError(f"value cannot be encoded: {exc}") from exc
     return packed
+
+
+# ``msgpack.packb`` builds a Packer per call (~0.5 us, most of a 100-byte value's cost);
+# a kept one packs in ~0.1 us. One per thread: a Packer has a buffer of its own, and
+# large batches are encoded in worker threads beside the loop. ``pack`` resets that
+# buffer after a failure too, so a refused value leaves nothing behind.
+_packers = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    try:
+        packer: msgpack.Packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def encode_payload(
@@ -44,7 +60,7 @@ def encode_payload(
         if cached[0] != publish_time:
             cached = _plain_head = (publish_time, _PLAIN_HEAD + publish_time.to_bytes(8, "big"))
         return cached[1] + packed_value
-    head: bytes = msgpack.packb([key, properties, publish_time], use_bin_type=True)
+    head: bytes = _packer().pack([key, properties, publish_time])
     return _VERSION_BYTE + _ARRAY4 + head[1:] + packed_value
 
 
@@ -134,7 +150,7 @@ def _array_header(size: int) -> bytes:
 
 def pack(obj: Any) -> bytes:
     """msgpack for engine metadata (cursors, transaction topics, producer state)."""
-    packed: bytes = msgpack.packb(obj, use_bin_type=True)
+    packed: bytes = _packer().pack(obj)
     return packed
 
 

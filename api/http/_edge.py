@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -29,10 +28,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 REQUEST_ID_KEY = "txnstream.request_id"
-NONFINITE_KEY = "txnstream.maybe_nonfinite"
-"""Set when the raw body mentions NaN/Infinity, which json.loads accepts but JSON has not,
-or a number with an exponent (``1e400`` parses as infinity)."""
-_EXPONENT = re.compile(rb"[0-9.][eE][+-]?[0-9]")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _DRAIN_SLACK = 64 * 1024 * 1024
 """How much of an oversize body is read and dropped so the client sees the 413."""
@@ -109,8 +104,6 @@ class EdgeMiddleware:
                     await send_error(send_with_id, 413, "too_large", self._too_large_text())
                     return
                 receive = _replay(body, receive)
-                if b"NaN" in body or b"Infinity" in body or _EXPONENT.search(body):
-                    scope[NONFINITE_KEY] = True
                 if body and not any(name == b"content-type" for name, _ in scope["headers"]):
                     scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
             await self.app(scope, receive, send_with_id)

@@ -12,8 +12,9 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
@@ -48,6 +49,26 @@ def _sanitize(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
+
+
+def positions_json(positions: Sequence[Position]) -> bytes:
+    """``["L:E", ...]`` of ``positions``. A run of consecutive entries of one ledger (what
+    a produce answers unless its batch crossed a ledger) is written by one ``join``,
+    checked in C: a ``str`` and a JSON string per position cost ~0.4 us."""
+    count = len(positions)
+    if count > 1:
+        ledger, first = positions[0]
+        entries = range(first, first + count)
+        if list(map(_ENTRY_ID, positions)) == list(entries) and all(
+            map(ledger.__eq__, map(_LEDGER_ID, positions))
+        ):
+            prefix = f"{ledger}:"
+            between = '","' + prefix
+            return ('["' + prefix + between.join(map(str, entries)) + '"]').encode()
+    return ("[" + ",".join(f'"{p}"' for p in positions) + "]").encode()
+
+
+_LEDGER_ID, _ENTRY_ID = itemgetter(0), itemgetter(1)
 
 
 def ok(content: Any, status: int = 200) -> Response:

@@ -18,6 +18,7 @@ description of the bodies (see ``_app.py``).
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -29,9 +30,8 @@ from pydantic import BaseModel, ValidationError
 from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 
 from ._auth import principal_of, require_topics
-from ._edge import NONFINITE_KEY
 from ._errors import responses
-from ._json import ok, outgoing
+from ._json import outgoing, positions_json
 from ._params import TopicName, engine_of
 from ._responses import BatchResponse, ProduceResponse
 from ._schemas import (
@@ -83,7 +83,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
         sequence=body.sequence,
         principal=principal_of(request),
     )
-    return await _answer(result.positions, {"duplicate": result.duplicate})
+    return await _answer(result.positions, result.duplicate)
 
 
 @router.post(
@@ -103,14 +103,20 @@ async def produce_batch(request: Request) -> Response:
     )
     require_topics(request, "produce", {topic for topic, _ in items})
     positions = await engine.send_batch([(topic, m) for topic, m in items])
-    return await _answer(positions, {})
+    return await _answer(positions, None)
 
 
-async def _answer(positions: list[Position], extra: dict[str, Any]) -> Response:
-    """``{"positions": [...], **extra}``; a long answer is rendered in a worker thread."""
+async def _answer(positions: list[Position], duplicate: bool | None) -> Response:
+    """``{"positions": [...]}``, with ``"duplicate"`` for a produce; a long answer is
+    rendered in a worker thread."""
 
     def render() -> Response:
-        return ok({"positions": [str(p) for p in positions], **extra})
+        body = b'{"positions":' + positions_json(positions)
+        if duplicate is not None:
+            body += b',"duplicate":true}' if duplicate else b',"duplicate":false}'
+        else:
+            body += b"}"
+        return Response(body, media_type="application/json")
 
     return await asyncio.to_thread(render) if len(positions) > _OFF_LOOP_POSITIONS else render()
 
@@ -126,21 +132,25 @@ async def _parsed(
             f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
         )
     raw = await request.body()
-    nonfinite = bool(request.scope.get(NONFINITE_KEY))
     if len(raw) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(
-            _parse, raw, model, max_messages, max_message_bytes, nonfinite
-        )
-    return _parse(raw, model, max_messages, max_message_bytes, nonfinite)
+        return await asyncio.to_thread(_parse, raw, model, max_messages, max_message_bytes)
+    return _parse(raw, model, max_messages, max_message_bytes)
 
 
 def _parse(
-    raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int, nonfinite: bool
+    raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int
 ) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
     fast = _parse_fast(raw, model, max_messages, max_message_bytes)
     if fast is not None:
         return fast
+    nonfinite = b"NaN" in raw or b"Infinity" in raw or _EXPONENT.search(raw) is not None
     return _parse_model(raw, model, max_messages, max_message_bytes, nonfinite)
+
+
+_EXPONENT = re.compile(rb"[0-9.][eE][+-]?[0-9]")
+"""A number with an exponent (``1e400`` parses as infinity). The model path's JSON parser
+accepts it and NaN/Infinity, which JSON and the contract do not: a body that mentions any
+of them has its values checked (the fast path's msgspec refuses them itself)."""
 
 
 def _parse_model(

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import TooLargeError
+from api import Position, TooLargeError
+from api.http._json import positions_json
 from api.http._messages import _parse_fast, _parse_model
 from api.http._schemas import BASE64_PATTERN, BatchRequest, ProduceRequest
 
@@ -186,3 +187,20 @@ def test_base64_is_checked_exactly_as_the_schema_pattern() -> None:
         raw = json.dumps({"messages": [{"value_b64": text}]}).encode()
         fast = _parse_plain(raw, MAX_MESSAGES, 1 << 20)
         assert (fast is not None) == bool(pattern.fullmatch(text)), text
+
+
+positions = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**40)), max_size=6).map(
+    lambda pairs: [Position(*pair) for pair in pairs]
+)
+runs = st.builds(
+    lambda ledger, first, count: [Position(ledger, first + i) for i in range(count)],
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.integers(0, 300),
+)
+
+
+@given(positions | runs | st.builds(lambda a, b: a + b, runs, runs))
+def test_an_answer_lists_every_position_as_json_does(given_positions: list[Position]) -> None:
+    # a run of one ledger is written by one join; anything else position by position
+    assert json.loads(positions_json(given_positions)) == [str(p) for p in given_positions]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgpack
@@ -49,6 +50,28 @@ def test_unencodable_value_is_an_invalid_argument() -> None:
         encode_value(object())
     with pytest.raises(InvalidArgumentError):
         encode_value(2**70)
+
+
+@given(st.lists(json_like | st.just(object()) | st.just([1, {"a": 2**70}]), max_size=6))
+def test_a_refused_value_leaves_nothing_in_the_next_encoding(values: list[Any]) -> None:
+    # encode_value keeps one msgpack Packer per thread: a failure half-way through a
+    # value must not leave bytes that the next value's encoding would carry
+    for value in values:
+        try:
+            packed = encode_value(value)
+        except InvalidArgumentError:
+            continue
+        assert packed == msgpack.packb(value, use_bin_type=True)
+
+
+def test_threads_encode_side_by_side_without_mixing_values() -> None:
+    values = [bytes([i]) * (i + 1) * 50 for i in range(8)]
+
+    def encode_many(value: bytes) -> bool:
+        return all(msgpack.unpackb(encode_value(value)) == value for _ in range(2_000))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(encode_many, values))
 
 
 @pytest.mark.parametrize("data", [b"", b"\x09abc", b"\x01\xc1"])
