@@ -19,7 +19,7 @@ from ledger import (
     TooLargeError,
     TxnId,
     WriteBatch,
-    encode_payload,
+    encode_payloads,
     encode_value,
     now_ms,
 )
@@ -42,7 +42,7 @@ LARGE_BATCH = 2_000
 def _payloads(messages: Sequence[OutgoingMessage], limit: int) -> list[bytes]:
     """Validate and encode ``messages`` into entry payloads (runs in a worker thread)."""
     publish = now_ms()
-    return [encode_payload(*_check_message(m, limit), publish) for m in messages]
+    return encode_payloads([_check_message(m, limit) for m in messages], publish)
 
 
 def _check_message(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from operator import itemgetter
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any
 
 import msgpack
@@ -64,6 +65,23 @@ def encode_payload(
     return _VERSION_BYTE + _ARRAY4 + head[1:] + packed_value
 
 
+def encode_payloads(
+    messages: Sequence[tuple[str | None, bytes, dict[str, str]]], publish_time: int
+) -> list[bytes]:
+    """:func:`encode_payload` of each ``(key, packed value, properties)``; a batch of
+    values alone (the common one) is joined to the one head by C calls, not a Python
+    call per message."""
+    if (
+        messages
+        and all(map(is_, repeat(None), map(_KEY, messages)))
+        and not any(map(_PROPERTIES, messages))
+    ):
+        head = encode_payload(None, b"", {}, publish_time)
+        return list(map(head.__add__, map(_PACKED, messages)))
+    return [encode_payload(key, value, props, publish_time) for key, value, props in messages]
+
+
+_KEY, _PACKED, _PROPERTIES = itemgetter(0), itemgetter(1), itemgetter(2)
 _PLAIN_HEAD = _VERSION_BYTE + _ARRAY4 + b"\xc0\x80\xcf"  # nil key, empty map, uint64 time
 _UINT64_MIN, _UINT64_END = 1 << 32, 1 << 64  # times packed as 0xcf + 8 bytes (ms since 1970)
 _plain_head: tuple[int, bytes] = (-1, b"")

@@ -23,6 +23,8 @@ from ._reads import LedgerReads
 from ._store import Store, WriteBatch
 from ._tiers import REMOTE, LedgerInfo
 
+_new_tuple = tuple.__new__  # tuple.__new__(Position, (l, e)): a Position made in C
+
 _INSERT_ENTRY = (
     "INSERT INTO entries (topic_id, ledger_id, entry_id, kind, txn, data) VALUES (?, ?, ?, ?, ?, ?)"
 )
@@ -233,15 +235,23 @@ class ManagedLedger(LedgerReads):
         current.bytes += size
         batch.entries += count
         batch.bytes += size
-        topic_id = self.topic_id
-        batch.add_many(
-            _INSERT_ENTRY,
-            [
-                (topic_id, ledger_id, base + i, 0, txn_seq, payload)
-                for i, payload in enumerate(payloads)
-            ],
+        entry_ids = range(base, base + count)
+        # Rows and positions made by C calls (zip, map), not a Python step per entry:
+        # a third of what a 100-message produce spent here.
+        repeat = itertools.repeat
+        rows = zip(
+            repeat(self.topic_id),
+            repeat(ledger_id),
+            entry_ids,
+            repeat(0),
+            repeat(txn_seq),
+            payloads,
+            strict=False,  # (the repeats are endless: payloads end it)
         )
-        return [Position(ledger_id, entry_id) for entry_id in range(base, base + count)]
+        batch.add_many(_INSERT_ENTRY, rows)
+        return list(
+            map(_new_tuple, repeat(Position), zip(repeat(ledger_id), entry_ids, strict=False))
+        )
 
     def _roll_over(self, batch: WriteBatch, pending_rows: list[tuple[Any, ...]]) -> LedgerInfo:
         batch.add_many(_INSERT_ENTRY, pending_rows)

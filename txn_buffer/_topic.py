@@ -20,6 +20,7 @@ from ledger import (
     TxnId,
     WriteBatch,
     encode_payload,
+    encode_payloads,
     encode_value,
     now_ms,
 )
@@ -126,12 +127,7 @@ class Topic:
         txn_id: TxnId | None,
     ) -> list[Position]:
         """Add data entries ``(key, packed value, properties)`` to ``batch``."""
-        publish = now_ms()
-        return self.prepare_payloads(
-            batch,
-            [encode_payload(key, value, props, publish) for key, value, props in messages],
-            txn_id,
-        )
+        return self.prepare_payloads(batch, encode_payloads(messages, now_ms()), txn_id)
 
     def prepare_payloads(
         self, batch: WriteBatch, payloads: Sequence[bytes], txn_id: TxnId | None

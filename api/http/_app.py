@@ -9,8 +9,9 @@ OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets f
 ``fastapi-offline`` package, so they work without internet access.
 
 Middleware, outermost first: HTTP metrics, the Host/Origin guard, CORS (only with
-``cors_origins``), authentication (only with ``auth``), then the edge (body limit,
-request id).
+``cors_origins``), authentication (only with ``auth``), the edge (body limit, request
+id), then the hot lane (``_lane.py``: the routes that need no parameter solving, served
+without the router).
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
 from ._edge import Drain, EdgeMiddleware
 from ._errors import install_error_handlers
-from ._messages import RAW_BODY_MODELS
+from ._lane import HotLane
+from ._schemas import BatchRequest, BeginRequest, ProduceRequest
 from ._telemetry import HttpMetrics, HttpMetricsMiddleware
 
+RAW_BODY_MODELS = (ProduceRequest, BatchRequest, BeginRequest)
+"""Bodies routes read raw (FastAPI does not see them): their schemas go in the components."""
 _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload, _ui)
 
 
@@ -65,6 +69,7 @@ def create_app(
     app.state.engine = engine
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
+    app.add_middleware(HotLane, routes=app.routes, handlers=app.exception_handlers)
     app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
     _install_access(app, access or AccessPolicy())
     # Outermost (added last): counts what the inner middlewares answer too.

@@ -32,7 +32,7 @@ from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 from ._auth import principal_of, require_topics
 from ._errors import responses
 from ._json import outgoing, positions_json
-from ._params import TopicName, engine_of
+from ._params import TopicName, engine_of, json_body, request_body
 from ._responses import BatchResponse, ProduceResponse
 from ._schemas import (
     NAME_PATTERN,
@@ -51,15 +51,6 @@ _OFF_LOOP_POSITIONS = 2_000
 """Answers with more positions than this are rendered in a worker thread."""
 
 _Model = TypeVar("_Model", bound=BaseModel)
-
-RAW_BODY_MODELS: tuple[type[BaseModel], ...] = (ProduceRequest, BatchRequest)
-"""Bodies these routes read raw: ``_app.py`` adds their schemas to the components."""
-
-
-def request_body(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` documenting ``model`` as the JSON body (the route reads it raw)."""
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
 @router.post(
@@ -126,12 +117,7 @@ async def _parsed(
 ) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
     """The validated body and its messages, encoded (``topic`` is "" for a produce);
     large bodies are done in a worker thread."""
-    media_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
-    if media_type != "application/json" and not media_type.endswith("+json"):
-        raise InvalidArgumentError(
-            f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
-        )
-    raw = await request.body()
+    raw = await json_body(request)
     if len(raw) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(_parse, raw, model, max_messages, max_message_bytes)
     return _parse(raw, model, max_messages, max_message_bytes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from api import TxnInfo
@@ -12,18 +12,25 @@ from api import TxnInfo
 from ._auth import principal_of
 from ._errors import responses
 from ._json import ok, ok_pages, txn_json
-from ._params import TxnParam, engine_of
+from ._params import TxnParam, engine_of, json_body, request_body, validated
 from ._responses import FinishResponse, TxnListResponse, TxnResponse
 from ._schemas import BeginRequest, FinishRequest, TxnState
 
 router = APIRouter(tags=["transactions"])
 
 
-@router.post("/v1/transactions", response_model=TxnResponse, status_code=201, responses=responses())
-async def begin(request: Request, body: Annotated[BeginRequest | None, Body()] = None) -> Response:
+@router.post(
+    "/v1/transactions",
+    response_model=TxnResponse,
+    status_code=201,
+    responses=responses(),
+    openapi_extra=request_body(BeginRequest, required=False),
+)
+async def begin(request: Request) -> Response:
     """Begin a transaction; a reused ``transactional_id`` fences the previous one."""
     engine = engine_of(request)
-    req = body or BeginRequest()
+    raw = await json_body(request)  # (read raw: the hot lane serves this route, see _lane)
+    req = BeginRequest() if raw.strip() in (b"", b"null") else validated(raw, BeginRequest)
     timeout = None if req.timeout_ms is None else req.timeout_ms / 1000
     principal = principal_of(request)
     txn = await engine.begin(
