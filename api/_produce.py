@@ -21,6 +21,7 @@ from ledger import (
     WriteBatch,
     encode_payloads,
     encode_value,
+    encode_value_payloads,
     now_ms,
 )
 from txn_buffer import scoped_name
@@ -40,9 +41,22 @@ LARGE_BATCH = 2_000
 
 
 def _payloads(messages: Sequence[OutgoingMessage], limit: int) -> list[bytes]:
-    """Validate and encode ``messages`` into entry payloads (runs in a worker thread)."""
-    publish = now_ms()
-    return encode_payloads([_check_message(m, limit) for m in messages], publish)
+    """Validate and encode ``messages`` into entry payloads (in a worker thread when
+    there are many)."""
+    return encode_payloads([_check_message(m, limit) for m in messages], now_ms())
+
+
+def _value_payloads(values: Sequence[Any], limit: int) -> list[bytes]:
+    """:func:`_payloads` of bare values (no key, no properties), with no message object
+    or tuple made per value: each is packed and joined to the common head by C calls."""
+    try:
+        packed = list(map(encode_value, values))
+    except InvalidArgumentError:  # say the first error in order, too-large ones included
+        return _payloads([OutgoingMessage(v) for v in values], limit)
+    if max(map(len, packed)) > limit:
+        size = next(size for size in map(len, packed) if size > limit)
+        raise TooLargeError(f"message value of {size} bytes exceeds the {limit}-byte limit")
+    return encode_value_payloads(packed, now_ms())
 
 
 def _check_message(
@@ -123,6 +137,32 @@ class Producing(EngineCore):
         messages belong to that open transaction. With a ``principal``, ``txn`` must be
         its own (:class:`ForbiddenError`) and ``producer`` is scoped to it.
         """
+        return await self._produce(topic, messages, False, txn, producer, sequence, principal)
+
+    async def produce_values(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        *,
+        txn: TxnId | str | None = None,
+        producer: str | None = None,
+        sequence: int | None = None,
+        principal: PrincipalArg = None,
+    ) -> ProduceResult:
+        """:meth:`produce` of bare values (no key, no properties): the same atomic,
+        durable batch with the same rules, without a message object per value."""
+        return await self._produce(topic, values, True, txn, producer, sequence, principal)
+
+    async def _produce(
+        self,
+        topic: str,
+        items: Sequence[Any],
+        values: bool,
+        txn: TxnId | str | None,
+        producer: str | None,
+        sequence: int | None,
+        principal: PrincipalArg,
+    ) -> ProduceResult:
         self._topic(topic)
         if (producer is None) != (sequence is None):
             raise InvalidArgumentError("producer and sequence go together")
@@ -137,7 +177,7 @@ class Producing(EngineCore):
                 await self._check_owner(txn, principal)
             if producer is not None:
                 producer = scoped_name(owner_name(principal), producer)
-        result = await self._append(topic, messages, txn, producer, sequence, wait=True)
+        result = await self._append(topic, items, txn, producer, sequence, wait=True, values=values)
         if isinstance(result, ProduceResult):
             return result
         positions, done = result
@@ -195,22 +235,27 @@ class Producing(EngineCore):
     async def _append(
         self,
         topic_name: str,
-        messages: Sequence[OutgoingMessage],
+        messages: Sequence[OutgoingMessage] | Sequence[Any],
         txn: TxnId | str | None,
         producer: str | None,
         sequence: int | None,
         *,
         wait: bool,
+        values: bool = False,
     ) -> ProduceResult | tuple[list[Position], asyncio.Future[None] | None]:
+        """Validate and encode ``messages`` (bare values if ``values``), then prepare
+        and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
+        if values:
+            check_values(messages)
         if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
             raise InvalidArgumentError("messages must be a non-empty list")
         limit = self.config.max_message_bytes
-        payloads: list[bytes] | None = None
+        encode = _value_payloads if values else _payloads
         if len(messages) >= LARGE_BATCH:
             self._topic(topic_name)  # an unknown topic fails before the work
-            payloads = await asyncio.to_thread(_payloads, messages, limit)
+            payloads = await asyncio.to_thread(encode, messages, limit)
         else:
-            encoded = [_check_message(m, limit) for m in messages]
+            payloads = encode(messages, limit)
         store = self.store
         store.check_space()
         if store.over_limit or store.failure is not None:
@@ -228,10 +273,7 @@ class Producing(EngineCore):
         if record is not None:
             self.coordinator.register_topic(batch, record, topic_name)
             txn_id = record.txn_id
-        if payloads is not None:
-            positions = topic.prepare_payloads(batch, payloads, txn_id)
-        else:
-            positions = topic.prepare_data(batch, encoded, txn_id)
+        positions = topic.prepare_payloads(batch, payloads, txn_id)
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
         done = store.submit(batch, wait=wait)
@@ -254,6 +296,8 @@ class Producing(EngineCore):
         self, topic: str, values: Sequence[Any], *, key: str | None = None
     ) -> list[Position]:
         """Append several messages as one atomic, durable batch."""
+        if key is None:
+            return (await self.produce_values(topic, values)).positions
         messages = [OutgoingMessage(v, key) for v in check_values(values)]
         return (await self.produce(topic, messages)).positions
 

@@ -76,9 +76,14 @@ def encode_payloads(
         and all(map(is_, repeat(None), map(_KEY, messages)))
         and not any(map(_PROPERTIES, messages))
     ):
-        head = encode_payload(None, b"", {}, publish_time)
-        return list(map(head.__add__, map(_PACKED, messages)))
+        return encode_value_payloads(list(map(_PACKED, messages)), publish_time)
     return [encode_payload(key, value, props, publish_time) for key, value, props in messages]
+
+
+def encode_value_payloads(packed_values: Sequence[bytes], publish_time: int) -> list[bytes]:
+    """The payloads of values alone (no key, no properties), from their packed forms:
+    the one head joined to each by C calls."""
+    return list(map(encode_payload(None, b"", {}, publish_time).__add__, packed_values))
 
 
 _KEY, _PACKED, _PROPERTIES = itemgetter(0), itemgetter(1), itemgetter(2)

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 
 from ._auth import principal_of, require_topics
 from ._errors import responses
 from ._json import outgoing, positions_json
-from ._params import TopicName, engine_of, json_body, request_body
+from ._params import TopicName, engine_of, json_body, request_body, validated
 from ._responses import BatchResponse, ProduceResponse
 from ._schemas import (
     NAME_PATTERN,
@@ -63,17 +63,28 @@ async def produce(topic: TopicName, request: Request) -> Response:
     """Append a batch atomically (optionally in a transaction); durable on return."""
     engine = engine_of(request)
     config = engine.config
-    body, messages = await _parsed(
+    parsed = await _parsed(
         request, ProduceRequest, config.max_messages_per_request, config.max_message_bytes
     )
-    result = await engine.produce(
-        topic,
-        [m for _, m in messages],
-        txn=body.txn,
-        producer=body.producer,
-        sequence=body.sequence,
-        principal=principal_of(request),
-    )
+    body, principal = parsed.request, principal_of(request)
+    if parsed.values is not None:  # values alone: no message object made per value
+        result = await engine.produce_values(
+            topic,
+            parsed.values,
+            txn=body.txn,
+            producer=body.producer,
+            sequence=body.sequence,
+            principal=principal,
+        )
+    else:
+        result = await engine.produce(
+            topic,
+            [m for _, m in parsed.messages],
+            txn=body.txn,
+            producer=body.producer,
+            sequence=body.sequence,
+            principal=principal,
+        )
     return await _answer(result.positions, result.duplicate)
 
 
@@ -89,9 +100,11 @@ async def produce_batch(request: Request) -> Response:
     on return; any unknown topic is 404 and nothing is stored."""
     engine = engine_of(request)
     config = engine.config
-    _, items = await _parsed(
-        request, BatchRequest, config.max_messages_per_request, config.max_message_bytes
-    )
+    items = (
+        await _parsed(
+            request, BatchRequest, config.max_messages_per_request, config.max_message_bytes
+        )
+    ).pairs()
     require_topics(request, "produce", {topic for topic, _ in items})
     positions = await engine.send_batch([(topic, m) for topic, m in items])
     return await _answer(positions, None)
@@ -112,11 +125,27 @@ async def _answer(positions: list[Position], duplicate: bool | None) -> Response
     return await asyncio.to_thread(render) if len(positions) > _OFF_LOOP_POSITIONS else render()
 
 
+@dataclass(frozen=True, slots=True)
+class Parsed(Generic[_Model]):
+    """A produce or batch body, parsed and checked."""
+
+    request: _Model
+    messages: list[tuple[str, OutgoingMessage]]
+    """``(topic, message)`` pairs; the topic is "" in a produce."""
+    values: list[Any] | None = None
+    """Instead of ``messages``: a produce of values alone (no key, no properties)."""
+
+    def pairs(self) -> list[tuple[str, OutgoingMessage]]:
+        """The messages as ``(topic, message)`` pairs, also when parsed as values."""
+        if self.values is None:
+            return self.messages
+        return [("", OutgoingMessage(value)) for value in self.values]
+
+
 async def _parsed(
     request: Request, model: type[_Model], max_messages: int, max_message_bytes: int
-) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
-    """The validated body and its messages, encoded (``topic`` is "" for a produce);
-    large bodies are done in a worker thread."""
+) -> Parsed[_Model]:
+    """The validated body and its messages (large bodies in a worker thread)."""
     raw = await json_body(request)
     if len(raw) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(_parse, raw, model, max_messages, max_message_bytes)
@@ -125,7 +154,7 @@ async def _parsed(
 
 def _parse(
     raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int
-) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
+) -> Parsed[_Model]:
     fast = _parse_fast(raw, model, max_messages, max_message_bytes)
     if fast is not None:
         return fast
@@ -141,13 +170,9 @@ of them has its values checked (the fast path's msgspec refuses them itself)."""
 
 def _parse_model(
     raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int, nonfinite: bool
-) -> tuple[_Model, list[tuple[str, OutgoingMessage]]]:
+) -> Parsed[_Model]:
     """The request model's validation of the whole body: the contract's 400s."""
-    try:
-        body = model.model_validate_json(raw or b"null")
-    except ValidationError as exc:  # the same 400 FastAPI gives a body it validated
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None
+    body = validated(raw, model)
     messages: list[MessageIn] | list[BatchMessageIn] = body.messages  # type: ignore[attr-defined]
     if len(messages) > max_messages:
         raise TooLargeError(
@@ -160,8 +185,10 @@ def _parse_model(
             except ValueError as exc:
                 raise InvalidArgumentError(f"messages.{index}.value: {exc}") from None
     if isinstance(body, BatchRequest):
-        return body, [(m.topic, outgoing(m, max_message_bytes)) for m in body.messages]
-    return body, [("", outgoing(m, max_message_bytes)) for m in messages]
+        pairs = [(m.topic, outgoing(m, max_message_bytes)) for m in body.messages]
+    else:
+        pairs = [("", outgoing(m, max_message_bytes)) for m in messages]
+    return Parsed(body, pairs)
 
 
 # msgspec matches with Python's ``re``, whose ``$`` also matches before a final newline;
@@ -206,7 +233,7 @@ _MAX_TXN_ID = 200  # TxnIdStr's max_length
 
 def _parse_fast(
     raw: bytes, model: type[_Model], max_messages: int, max_message_bytes: int
-) -> tuple[_Model, list[tuple[str, OutgoingMessage]]] | None:
+) -> Parsed[_Model] | None:
     """The fast path of :func:`_parse`; None: let the model decide.
 
     Accepts only what the model accepts, with the same result. msgspec parses,
@@ -231,8 +258,9 @@ def _parse_fast(
     # A value_b64 whose text is longer than the limit's allows may be too large: the
     # model path says which error comes first (this is that text length, decoded).
     largest = max_message_bytes // 3 * 3
-    out: list[tuple[str, OutgoingMessage]] = []
-    append = out.append
+    values: list[Any] = []
+    append = values.append
+    plain = not batch  # a produce of values alone so far
     for message in messages:
         value, data = message.value, message.value_b64
         if data is unset:
@@ -242,12 +270,22 @@ def _parse_fast(
             return None
         else:
             value = data
-        topic = message.topic if batch else ""
-        append((topic, OutgoingMessage(value, message.key, message.properties or {})))
-    if len(out) > max_messages:  # (after validating all, as the model path does)
+        if plain and (message.key is not None or message.properties):
+            plain = False
+        append(value)
+    if len(values) > max_messages:  # (after validating all, as the model path does)
         raise TooLargeError(
-            f"{len(out)} messages in one request exceed the limit of {max_messages}"
+            f"{len(values)} messages in one request exceed the limit of {max_messages}"
         )
-    if model is ProduceRequest:
-        return ProduceRequest.model_construct(messages=[], txn=txn), out  # type: ignore[return-value]
-    return model.model_construct(messages=[]), out
+    request = (
+        ProduceRequest.model_construct(messages=[], txn=txn)
+        if model is ProduceRequest
+        else model.model_construct(messages=[])
+    )
+    if plain:
+        return Parsed(request, [], values)  # type: ignore[arg-type]
+    pairs = [
+        (m.topic if batch else "", OutgoingMessage(v, m.key, m.properties or {}))
+        for m, v in zip(messages, values, strict=True)
+    ]
+    return Parsed(request, pairs)  # type: ignore[arg-type]

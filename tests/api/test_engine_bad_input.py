@@ -242,3 +242,32 @@ async def test_calls_after_close_raise_closed_error(data_dir: Path) -> None:
         await engine.send("t", 1)
     with pytest.raises(ClosedError):
         await engine.begin()
+
+
+async def test_a_batch_of_values_reports_its_first_bad_value(data_dir: Path) -> None:
+    # produce_values packs every value before it checks sizes: the error must still be
+    # the first bad value's, as for a batch of messages
+    async with Engine.open(data_dir, EngineConfig(max_message_bytes=64)) as engine:
+        await make_topics(engine, "t")
+        with pytest.raises(TooLargeError):
+            await engine.produce_values("t", ["ok", b"x" * 100, object()])
+        with pytest.raises(InvalidArgumentError):
+            await engine.produce_values("t", ["ok", object(), b"x" * 100])
+        for bad in ([], "abc", b"abc", {"a": 1}):
+            with pytest.raises(InvalidArgumentError):
+                await engine.produce_values("t", bad)
+        assert (await engine.stats("t"))["entries"] == 0
+
+
+async def test_values_alone_are_stored_as_the_same_messages_would_be(engine: Engine) -> None:
+    await make_topics(engine, "a", "b")
+    batch: list[Any] = [b"\x00", "text", {"k": [1, 2.5, None]}, 7, None, True]
+    plain = await engine.produce_values("a", batch, producer="p", sequence=0)
+    again = await engine.produce_values("a", batch, producer="p", sequence=0)
+    messages = await engine.produce("b", [OutgoingMessage(v) for v in batch])
+    assert again.duplicate
+    assert again.positions == plain.positions == messages.positions
+    got_a = await drain(await engine.subscribe("a", "s"))
+    got_b = await drain(await engine.subscribe("b", "s"))
+    assert values(got_a) == values(got_b) == batch
+    assert [(m.key, m.properties) for m in got_a] == [(None, {})] * len(batch)

@@ -77,10 +77,11 @@ def slow(raw: bytes, model: Any = ProduceRequest) -> Any:
     """What the validated model alone makes of ``raw``: txn and messages (with their
     topics), or the error type."""
     try:
-        body, out = _parse_model(raw, model, MAX_MESSAGES, MAX_BYTES, nonfinite=True)
+        parsed = _parse_model(raw, model, MAX_MESSAGES, MAX_BYTES, nonfinite=True)
     except Exception as exc:  # noqa: BLE001 - the error's type is the result
         return type(exc)
-    return getattr(body, "txn", None), [(t, m.value, m.key, m.properties) for t, m in out]
+    out = parsed.pairs()
+    return getattr(parsed.request, "txn", None), [(t, m.value, m.key, m.properties) for t, m in out]
 
 
 def agree(raw: bytes, model: Any) -> bool:
@@ -93,7 +94,10 @@ def agree(raw: bytes, model: Any) -> bool:
         return True
     if fast is None:
         return False
-    got_body, out = fast
+    got_body, out = fast.request, fast.pairs()
+    if fast.values is not None:  # taken as values alone: only when that is what they are
+        assert model is ProduceRequest
+        assert all(m.key is None and not m.properties for _, m in out)
     got = getattr(got_body, "txn", None), [(t, m.value, m.key, m.properties) for t, m in out]
     assert got == expected
     if model is ProduceRequest:
@@ -139,12 +143,20 @@ def test_the_common_bodies_take_the_fast_path() -> None:
     ).encode()
     fast = _parse_plain(raw, MAX_MESSAGES, MAX_BYTES)
     assert fast is not None
-    assert [(m.value, m.key, m.properties) for _, m in fast[1]] == [
+    assert fast.values is None  # (a key and properties: messages)
+    assert [(m.value, m.key, m.properties) for _, m in fast.messages] == [
         (b"\x00\x01", "k", {}),
         (base64.b64decode("NaN1e5AA"), None, {}),
         ({"a": [1, 2.5, None]}, None, {"p": "q"}),
     ]
-    assert fast[0].txn == "txn-3"
+    assert fast.request.txn == "txn-3"
+
+
+def test_values_alone_are_parsed_as_values() -> None:
+    raw = b'{"messages": [{"value_b64": "AAE="}, {"value": [1]}, {"value": 2, "properties": {}}]}'
+    fast = _parse_plain(raw, MAX_MESSAGES, MAX_BYTES)
+    assert fast is not None
+    assert fast.values == [b"\x00\x01", [1], 2]
 
 
 @pytest.mark.parametrize("size", range(MAX_BYTES - 3, MAX_BYTES + 4))
@@ -156,7 +168,7 @@ def test_values_near_the_size_limit(size: int) -> None:
     if size > MAX_BYTES:
         assert fast is None, "the model path gives the 413"
     elif fast is not None:
-        assert [m.value for _, m in fast[1]] == [bytes(size)]
+        assert fast.values == [bytes(size)]
 
 
 @pytest.mark.parametrize(
