@@ -18,6 +18,7 @@ method and the path, never the token, and counted in ``/metrics`` as
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections.abc import Iterable
@@ -52,6 +53,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=256)  # a server sees few Host values; URL parsing is ~4 us
 def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
     """``(scheme, host, port)`` of an origin, defaults filled in; None if malformed."""
     try:
@@ -184,9 +186,12 @@ class GuardMiddleware:
                 host_header = value.decode("latin-1")
             elif name == b"origin":
                 origin_header = value.decode("latin-1")
+        allowed = self.policy.allowed_hosts
+        if allowed is None and origin_header is None:
+            await self.app(scope, receive, send)  # (nothing to check: no URL parsing)
+            return
         scheme = str(scope.get("scheme", "http"))
         own = _origin(scheme, host_header) if host_header else None
-        allowed = self.policy.allowed_hosts
         if allowed is not None and (own is None or own[1].strip("[]").lower() not in allowed):
             shown = (host_header or "")[:100]
             text = f"Host {shown!r} is not a name of this server (see serve --allowed-host)"

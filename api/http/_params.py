@@ -65,7 +65,9 @@ def request_body(model: type[BaseModel], *, required: bool = True) -> dict[str, 
 
 async def json_body(request: Request) -> bytes:
     """The raw body, refused (400) unless it is sent as JSON (no Content-Type: JSON)."""
-    media_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    # (scope's headers, not request.headers: that builds a Headers mapping per request)
+    content_type = next((v for k, v in request.scope["headers"] if k == b"content-type"), None)
+    media_type = (content_type or b"application/json").decode("latin-1").split(";")[0].strip()
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise InvalidArgumentError(
             f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
