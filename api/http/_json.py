@@ -51,16 +51,21 @@ def _sanitize(value: Any) -> Any:
     return str(value)
 
 
-def positions_json(positions: Sequence[Position]) -> bytes:
+def positions_json(positions: Sequence[Position], *, increasing: bool = False) -> bytes:
     """``["L:E", ...]`` of ``positions``. A run of consecutive entries of one ledger (what
-    a produce answers unless its batch crossed a ledger) is written by one ``join``,
-    checked in C: a ``str`` and a JSON string per position cost ~0.4 us."""
+    a produce answers unless its batch crossed a ledger) is written by one ``join``: a
+    ``str`` and a JSON string per position cost ~0.4 us. ``increasing``: the caller
+    knows they strictly increase (one topic's appends), so the ends tell a run."""
     count = len(positions)
     if count > 1:
         ledger, first = positions[0]
         entries = range(first, first + count)
-        if list(map(_ENTRY_ID, positions)) == list(entries) and all(
-            map(ledger.__eq__, map(_LEDGER_ID, positions))
+        if positions[-1] == (ledger, first + count - 1) and (
+            increasing
+            or (
+                list(map(_ENTRY_ID, positions)) == list(entries)
+                and all(map(ledger.__eq__, map(_LEDGER_ID, positions)))
+            )
         ):
             prefix = f"{ledger}:"
             between = '","' + prefix

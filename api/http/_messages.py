@@ -115,7 +115,8 @@ async def _answer(positions: list[Position], duplicate: bool | None) -> Response
     rendered in a worker thread."""
 
     def render() -> Response:
-        body = b'{"positions":' + positions_json(positions)
+        # (a produce's positions strictly increase: one topic's, assigned in order)
+        body = b'{"positions":' + positions_json(positions, increasing=duplicate is not None)
         if duplicate is not None:
             body += b',"duplicate":true}' if duplicate else b',"duplicate":false}'
         else:

@@ -216,3 +216,9 @@ runs = st.builds(
 def test_an_answer_lists_every_position_as_json_does(given_positions: list[Position]) -> None:
     # a run of one ledger is written by one join; anything else position by position
     assert json.loads(positions_json(given_positions)) == [str(p) for p in given_positions]
+
+
+@given(positions.map(lambda ps: sorted(set(ps))) | runs)
+def test_increasing_positions_are_listed_as_json_does(given_positions: list[Position]) -> None:
+    expected = [str(p) for p in given_positions]
+    assert json.loads(positions_json(given_positions, increasing=True)) == expected
