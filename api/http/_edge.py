@@ -28,6 +28,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 REQUEST_ID_KEY = "txnstream.request_id"
+BODY_KEY = "txnstream.body"
+"""The request body the edge read (routes that read bodies raw take it from here)."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _DRAIN_SLACK = 64 * 1024 * 1024
 """How much of an oversize body is read and dropped so the client sees the 413."""
@@ -104,6 +106,7 @@ class EdgeMiddleware:
                     await send_error(send_with_id, 413, "too_large", self._too_large_text())
                     return
                 receive = _replay(body, receive)
+                scope[BODY_KEY] = body
                 if body and not any(name == b"content-type" for name, _ in scope["headers"]):
                     scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
             await self.app(scope, receive, send_with_id)

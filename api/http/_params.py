@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from api import Engine, InvalidArgumentError
 
-from ._edge import Drain
+from ._edge import BODY_KEY, Drain
 from ._schemas import NAME_PATTERN
 
 TopicName = Annotated[
@@ -72,7 +72,8 @@ async def json_body(request: Request) -> bytes:
         raise InvalidArgumentError(
             f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
         )
-    return await request.body()
+    raw: bytes | None = request.scope.get(BODY_KEY)  # read by the edge already
+    return await request.body() if raw is None else raw
 
 
 def validated(raw: bytes, model: type[_Model]) -> _Model:
