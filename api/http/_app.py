@@ -8,10 +8,10 @@ The engine and the :class:`Drain` live on ``app.state``; each resource is an
 OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets from the
 ``fastapi-offline`` package, so they work without internet access.
 
-Middleware, outermost first: HTTP metrics, the Host/Origin guard, CORS (only with
-``cors_origins``), authentication (only with ``auth``), the edge (body limit, request
-id), then the hot lane (``_lane.py``: the routes that need no parameter solving, served
-without the router).
+Middleware, outermost first: the edge (request id, metrics, access log, last-resort
+500), the Host/Origin guard, CORS (only with ``cors_origins``), authentication (only
+with ``auth``), the body limit, then the hot lane (``_lane.py``: the routes that need no
+parameter solving, served without the router).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from . import (
 )
 from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
-from ._edge import Drain, EdgeMiddleware
+from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._lane import HotLane
 from ._schemas import BatchRequest, BeginRequest, ProduceRequest
-from ._telemetry import HttpMetrics, HttpMetricsMiddleware
+from ._telemetry import HttpMetrics
 
 RAW_BODY_MODELS = (ProduceRequest, BatchRequest, BeginRequest)
 """Bodies routes read raw (FastAPI does not see them): their schemas go in the components."""
@@ -73,18 +73,19 @@ def create_app(
     app.state.engine = engine
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
-    app.add_middleware(HotLane, routes=app.routes, handlers=app.exception_handlers)
-    app.add_middleware(EdgeMiddleware, max_request_bytes=engine.config.max_request_bytes)
+    app.add_middleware(HotLane, router=app.router, handlers=app.exception_handlers)
+    app.add_middleware(BodyLimitMiddleware, max_request_bytes=engine.config.max_request_bytes)
     _install_access(app, access or AccessPolicy())
-    # Outermost (added last): counts what the inner middlewares answer too.
+    # Outermost (added last): ids, counts and logs what the inner middlewares answer too.
     app.state.http_metrics = http_metrics = HttpMetrics()
-    app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics, routes=app.routes)
+    app.add_middleware(EdgeMiddleware, metrics=http_metrics, routes=app.routes)
     _install_openapi(app)
     return app
 
 
 def _install_access(app: FastAPI, access: AccessPolicy) -> None:
-    """Add the access middleware outside the edge (each ``add_middleware`` wraps the last)."""
+    """Add the access middleware outside the body limit (each ``add_middleware`` wraps the
+    last)."""
     app.state.access = access
     if access.auth is not None:
         app.add_middleware(AuthMiddleware, authenticator=access.auth, refusals=access.refusals)

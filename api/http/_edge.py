@@ -1,10 +1,10 @@
-"""The server's edge: ASGI types, the edge middleware and the shutdown drain.
+"""The server's edge: ASGI types, the edge middlewares and the shutdown drain.
 
-``EdgeMiddleware`` (pure ASGI, cheap) gives each request an id, enforces the request
-body limit before any parsing (413 ``too_large``), logs one line per request at debug,
-and turns anything unexpected into a logged 500 ``internal``. ``Drain`` ends pending
-long polls early when the server shuts down, so a SIGTERM is not held up by 30-second
-polls.
+``EdgeMiddleware`` (outermost, pure ASGI, cheap) gives each request an id, counts and
+logs it and turns anything unexpected into a logged 500 ``internal``;
+``BodyLimitMiddleware`` (inside the access checks) enforces the request body limit
+before any parsing (413 ``too_large``). ``Drain`` ends pending long polls early when the
+server shuts down, so a SIGTERM is not held up by 30-second polls.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+from starlette.routing import BaseRoute
+
 from ._json import error_body
+from ._telemetry import HttpMetrics, access_log, log_access, route_label
 
 log = logging.getLogger("txnstream.http")
 
@@ -74,11 +77,18 @@ def _set_done(future: asyncio.Future[None]) -> None:
 
 
 class EdgeMiddleware:
-    """Request id, body size limit, per-request debug log, last-resort 500."""
+    """The outermost middleware: request id, metrics and access log, last-resort 500.
 
-    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+    Every answer passes here, the inner middlewares' refusals included: each gets an
+    ``X-Request-Id``, is counted by route template and logged, and anything unexpected
+    becomes a logged 500 ``internal``. One ``send`` wrapper for all of it (each layer's
+    own wrapper cost a coroutine per message).
+    """
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute]) -> None:
         self.app = app
-        self.max_request_bytes = max_request_bytes
+        self.metrics = metrics
+        self.routes = routes
         self._prefix = os.urandom(3).hex()
         self._counter = itertools.count(1)
 
@@ -100,15 +110,6 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            if scope["method"] in _BODY_METHODS:
-                body = await self._read_body(scope, receive)
-                if body is None:
-                    await send_error(send_with_id, 413, "too_large", self._too_large_text())
-                    return
-                receive = _replay(body, receive)
-                scope[BODY_KEY] = body
-                if body and not any(name == b"content-type" for name, _ in scope["headers"]):
-                    scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
             await self.app(scope, receive, send_with_id)
         except Exception:
             log.exception("request %s %s failed id=%s", scope["method"], scope["path"], request_id)
@@ -118,6 +119,11 @@ class EdgeMiddleware:
                 send_with_id, 500, "internal", f"internal error (request {request_id})"
             )
         finally:
+            seconds = time.perf_counter() - started
+            route = route_label(scope, self.routes)
+            self.metrics.observe(scope["method"], route, status or 500, seconds)
+            if access_log.isEnabledFor(logging.INFO):
+                log_access(scope, route, status, seconds, request_id)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "request id=%s method=%s path=%s status=%d duration_ms=%.2f",
@@ -125,8 +131,30 @@ class EdgeMiddleware:
                     scope["method"],
                     scope["path"],
                     status,
-                    (time.perf_counter() - started) * 1000,
+                    seconds * 1000,
                 )
+
+
+class BodyLimitMiddleware:
+    """Reads a request body whole, within the limit (413 ``too_large`` before any
+    parsing), for the routes to take from the scope; inside the access checks, so an
+    unauthenticated body is never read."""
+
+    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+        self.app = app
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in _BODY_METHODS:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await send_error(send, 413, "too_large", self._too_large_text())
+                return
+            receive = _replay(body, receive)
+            scope[BODY_KEY] = body
+            if body and not any(name == b"content-type" for name, _ in scope["headers"]):
+                scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
+        await self.app(scope, receive, send)
 
     def _too_large_text(self) -> str:
         return f"request body exceeds the limit of {self.max_request_bytes} bytes"

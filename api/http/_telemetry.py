@@ -2,33 +2,31 @@
 latency histogram, labelled by route template (``/v1/topics/{topic}/stats``), never by
 raw path, so a scrape stays small however many topics there are.
 
-``HttpMetricsMiddleware`` is the outermost middleware: it also counts what the inner
-middlewares answer themselves (413 from the edge, 401/403 from auth). Those answers never
-reach the router, so the route is found by matching the app's routes afterwards; a path
-no route matches is ``unmatched``.
+The outermost middleware (``_edge.EdgeMiddleware``) counts every answer here, also what
+the inner middlewares answer themselves (413 from the body limit, 401/403 from auth).
+Those never reach the router, so their route is found by matching the app's routes
+afterwards (:func:`route_label`); a path no route matches is ``unmatched``.
 
-It also writes the access log: one line per request on the ``txnstream.access`` logger
-(at INFO; ``serve --access-log`` turns it on), with the client, request line, status,
-duration and request id, which the JSON log format carries as fields too.
+It also writes the access log (:func:`log_access`): one line per request on the
+``txnstream.access`` logger (at INFO; ``serve --access-log`` turns it on), with the
+client, request line, status, duration and request id, which the JSON log format
+carries as fields too.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
 
-from ._edge import REQUEST_ID_KEY, ASGIApp, Message, Receive, Scope, Send
-
 access_log = logging.getLogger("txnstream.access")
 
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"
 
 LATENCY_BUCKETS = (
@@ -67,7 +65,9 @@ class HttpMetrics(Collector):
         self.registry.register(self)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one answered request."""
+        """Count one answered request (an unusual method counts as ``other``)."""
+        if method not in _METHODS:
+            method = "other"
         key = (method, route, status)
         self._requests[key] = self._requests.get(key, 0) + 1
         latency = self._latency.get((method, route))
@@ -102,57 +102,33 @@ class HttpMetrics(Collector):
         yield duration
 
 
-class HttpMetricsMiddleware:
-    """Times and counts every HTTP request (pure ASGI, a few microseconds)."""
-
-    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute]) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 0
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            seconds = time.perf_counter() - started
-            method = scope["method"] if scope["method"] in _METHODS else "other"
-            route = self._route(scope)
-            self.metrics.observe(method, route, status or 500, seconds)
-            if access_log.isEnabledFor(logging.INFO):
-                _log_access(scope, route, status, seconds)
-
-    def _route(self, scope: Scope) -> str:
-        route = scope.get("route")
-        if route is not None:
-            path: str = getattr(route, "path", UNMATCHED)
-            return path
-        for candidate in self.routes:
-            match, _ = candidate.matches(scope)
-            if match is not Match.NONE:
-                return str(getattr(candidate, "path", UNMATCHED))
-        return UNMATCHED
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def _log_access(scope: Scope, route: str, status: int, seconds: float) -> None:
+def route_label(scope: MutableMapping[str, Any], routes: Sequence[BaseRoute]) -> str:
+    """The route template a request is counted under: its route's, if the router (or the
+    hot lane) found one; else the first route that matches it at all; else unmatched."""
+    route = scope.get("route")
+    if route is not None:
+        path: str = getattr(route, "path", UNMATCHED)
+        return path
+    for candidate in routes:
+        match, _ = candidate.matches(scope)
+        if match is not Match.NONE:
+            return str(getattr(candidate, "path", UNMATCHED))
+    return UNMATCHED
+
+
+def log_access(
+    scope: MutableMapping[str, Any], route: str, status: int, seconds: float, request_id: str
+) -> None:
+    """One access-log line (``txnstream.access`` at INFO), with the fields as extras."""
     client = scope.get("client")
     peer = f"{client[0]}:{client[1]}" if client else "-"
     target = scope.get("raw_path") or scope["path"].encode()
     if scope.get("query_string"):
         target += b"?" + scope["query_string"]
     line = target.decode("latin-1")
-    request_id = scope.get(REQUEST_ID_KEY, "-")
     access_log.info(
         '%s "%s %s HTTP/%s" %d %.2fms id=%s',
         peer,

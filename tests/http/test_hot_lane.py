@@ -80,7 +80,7 @@ def test_the_lane_takes_exactly_the_requests_the_router_would_give_its_routes(
     app_routes: Any, path: str
 ) -> None:
     routes = app_routes.routes
-    lane = HotLane(app_routes, routes, app_routes.exception_handlers)
+    lane = HotLane(app_routes, app_routes.router, app_routes.exception_handlers)
     for method in METHODS:
         found = lane._find(method, path)
         pick = _router_pick(routes, method, path)

@@ -392,7 +392,9 @@ def test_refusals_are_logged_and_counted_never_the_token(
 ) -> None:
     path = f"/v1/topics/b-{_hex()}"
     http.put(path, headers=bearer("alice"))
-    http.get("/v1/topics", headers={"Authorization": "Bearer a-guessed-token"})
+    refused = http.get("/v1/topics", headers={"Authorization": "Bearer a-guessed-token"})
+    assert refused.status_code == 401
+    assert refused.headers["x-request-id"]  # (refusals carry one too, for the logs)
     metrics = http.get("/metrics", headers=bearer("ops")).text
     assert re.search(
         r'txnstream_http_refused_requests_total\{reason="no_grant",status="403"\} [1-9]', metrics
