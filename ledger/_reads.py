@@ -5,6 +5,7 @@ the remote tier read its objects in a worker thread (see :mod:`ledger._tiers`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,10 @@ def decode_row(row: Sequence[Any]) -> Entry:
     )
 
 
+class _Abandoned(Exception):
+    """The shared read a caller waited for was cancelled: it reads by itself."""
+
+
 class LedgerReads(LedgerTiers):
     """The reads of :class:`~ledger.ManagedLedger`: durable entries only."""
 
@@ -79,11 +84,43 @@ class LedgerReads(LedgerTiers):
         return [decode_row(row) for row in await self._select_range(start, end, limit)]
 
     async def _select_range(self, start: Position, end: Position, limit: int) -> list[Row]:
-        """Local rows with ``start <= position <= end``, in order, at most ``limit``."""
-        rows: list[Row] = await self.store.read(
-            _SELECT_RANGE,
-            (self.topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
-        )
+        """Local rows with ``start <= position <= end``, in order, at most ``limit``.
+
+        Subscriptions that keep pace read the same range at the same moment (a topic's
+        cursors after one flush): a read asked for while the same one is in flight waits
+        for that one's rows instead of querying again, as Pulsar's cursors share the
+        managed ledger's entry cache. Stored rows never change, so it gets what its own
+        query would have. If the read it waits for is cancelled, it reads by itself.
+        """
+        key = (start, end, limit)
+        while (shared := self._shared_reads.get(key)) is not None:
+            try:
+                return list(await asyncio.shield(shared))  # (a list of its own)
+            except _Abandoned:
+                continue
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._shared_reads[key] = future
+        try:
+            rows: list[Row] = await self.store.read(
+                _SELECT_RANGE,
+                (
+                    self.topic_id,
+                    start.ledger_id,
+                    start.entry_id,
+                    end.ledger_id,
+                    end.entry_id,
+                    limit,
+                ),
+            )
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            future.set_exception(_Abandoned() if cancelled else exc)
+            future.exception()  # (retrieved: nobody may be waiting)
+            raise
+        else:
+            future.set_result(rows)
+        finally:
+            del self._shared_reads[key]
         return rows
 
     async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row] | None:
