@@ -443,8 +443,9 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
         for name, ids in (("commit", commit), ("abort", abort)):
             if isinstance(ids, str) or not isinstance(ids, Sequence):
                 raise InvalidArgumentError(f"{name} must be a list of transaction ids")
-        for txn in [*commit, *abort]:
-            await self._check_owner(txn, principal)
+        if is_restricted(as_principal(principal)):  # (else no per-transaction step)
+            for txn in [*commit, *abort]:
+                await self._check_owner(txn, principal)
         try:
             return await self.coordinator.finish(
                 commit, abort, idempotence_key, owner=owner_name(principal)

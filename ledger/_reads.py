@@ -60,6 +60,24 @@ class _Abandoned(Exception):
     """The shared read a caller waited for was cancelled: it reads by itself."""
 
 
+def _hand_out(
+    loop: asyncio.AbstractEventLoop,
+    waiters: list[asyncio.Future[list[Any]]],
+    rows: list[Row],
+    index: int,
+) -> None:
+    """Give the next waiter that still waits a copy of ``rows``, and the one after it its
+    copy in the next loop step (a callback added now runs after what is ready now)."""
+    while index < len(waiters):
+        turn = waiters[index]
+        index += 1
+        if not turn.done():  # (a cancelled waiter has no turn)
+            turn.set_result(list(rows))
+            if index < len(waiters):
+                loop.call_soon(_hand_out, loop, waiters, rows, index)
+            return
+
+
 class LedgerReads(LedgerTiers):
     """The reads of :class:`~ledger.ManagedLedger`: durable entries only."""
 
@@ -89,17 +107,23 @@ class LedgerReads(LedgerTiers):
         Subscriptions that keep pace read the same range at the same moment (a topic's
         cursors after one flush): a read asked for while the same one is in flight waits
         for that one's rows instead of querying again, as Pulsar's cursors share the
-        managed ledger's entry cache. Stored rows never change, so it gets what its own
-        query would have. If the read it waits for is cancelled, it reads by itself.
+        managed ledger's entry cache. Stored rows never change, so each gets what its
+        own query would have (a list of its own). The waiters get the rows one per loop
+        step, not all in the step the read ends in: each goes on to decode and deliver
+        them, and a hundred of those back to back would keep the loop from polling for
+        a quarter of a second. If the read waited for is cancelled, they read themselves.
         """
         key = (start, end, limit)
-        while (shared := self._shared_reads.get(key)) is not None:
+        loop = asyncio.get_running_loop()
+        while (waiting := self._shared_reads.get(key)) is not None:
+            turn: asyncio.Future[list[Any]] = loop.create_future()
+            waiting.append(turn)
             try:
-                return list(await asyncio.shield(shared))  # (a list of its own)
+                return await turn
             except _Abandoned:
                 continue
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._shared_reads[key] = future
+        waiters: list[asyncio.Future[list[Any]]] = []
+        self._shared_reads[key] = waiters
         try:
             rows: list[Row] = await self.store.read(
                 _SELECT_RANGE,
@@ -113,14 +137,15 @@ class LedgerReads(LedgerTiers):
                 ),
             )
         except BaseException as exc:
-            cancelled = isinstance(exc, asyncio.CancelledError)
-            future.set_exception(_Abandoned() if cancelled else exc)
-            future.exception()  # (retrieved: nobody may be waiting)
+            error = _Abandoned() if isinstance(exc, asyncio.CancelledError) else exc
+            for turn in waiters:
+                if not turn.done():
+                    turn.set_exception(error)
             raise
-        else:
-            future.set_result(rows)
         finally:
             del self._shared_reads[key]
+        if waiters:
+            _hand_out(loop, waiters, rows, 0)
         return rows
 
     async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row] | None:

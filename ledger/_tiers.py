@@ -81,8 +81,11 @@ class LedgerTiers:
         self._ids: list[int] = []
         self._remote_upto = -1
         self._tier_generation = 0
-        self._shared_reads: dict[tuple[Position, Position, int], asyncio.Future[list[Any]]] = {}
-        """Local range reads in flight, by ``(start, end, limit)``: see ``_select_range``."""
+        self._shared_reads: dict[
+            tuple[Position, Position, int], list[asyncio.Future[list[Any]]]
+        ] = {}
+        """Local range reads in flight, by ``(start, end, limit)``, with the callers that
+        wait for their rows: see ``LedgerReads._select_range``."""
         self._reindex()
 
     def _reindex(self) -> None:
