@@ -64,7 +64,13 @@ def request_body(model: type[BaseModel], *, required: bool = True) -> dict[str, 
 
 
 async def json_body(request: Request) -> bytes:
-    """The raw body, refused (400) unless it is sent as JSON (no Content-Type: JSON)."""
+    """The raw body, refused (400) unless it is sent as JSON (no Content-Type: JSON); an
+    empty body is empty whatever its type (``curl -d ''`` says form-urlencoded)."""
+    raw: bytes | None = request.scope.get(BODY_KEY)  # read by the edge already
+    if raw is None:
+        raw = await request.body()
+    if not raw:
+        return raw
     # (scope's headers, not request.headers: that builds a Headers mapping per request)
     content_type = next((v for k, v in request.scope["headers"] if k == b"content-type"), None)
     media_type = (content_type or b"application/json").decode("latin-1").split(";")[0].strip()
@@ -72,8 +78,7 @@ async def json_body(request: Request) -> bytes:
         raise InvalidArgumentError(
             f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
         )
-    raw: bytes | None = request.scope.get(BODY_KEY)  # read by the edge already
-    return await request.body() if raw is None else raw
+    return raw
 
 
 def validated(raw: bytes, model: type[_Model]) -> _Model:

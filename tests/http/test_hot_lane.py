@@ -125,6 +125,8 @@ async def test_served_routes_answer_errors_and_label_metrics_as_the_router_did(
         assert bad_begin.json()["error"]["code"] == "invalid_request"
         begun = await http.post("/v1/transactions", content=b"")
         assert begun.status_code == 201
+        form = {"content-type": "application/x-www-form-urlencoded"}  # curl -d ''
+        assert (await http.post("/v1/transactions", content=b"", headers=form)).status_code == 201
         metrics = (await http.get("/metrics")).text
     produced = 'route="/v1/topics/{topic}/messages",status="200"'
     assert any(produced in line and "requests_total" in line for line in metrics.splitlines())
