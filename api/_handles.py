@@ -14,6 +14,7 @@ from txn_buffer import TxnInfo, TxnState
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._produce import TxnSendLane
 
 
 class Transaction:
@@ -23,6 +24,7 @@ class Transaction:
         self._engine = engine
         self.txn_id = txn_id
         self.id = str(txn_id)
+        self._lane: TxnSendLane | None = None
 
     def __repr__(self) -> str:
         return f"<Transaction {self.id}>"
@@ -39,11 +41,18 @@ class Transaction:
 
         Durable at the latest when :meth:`commit` returns.
         """
+        lane = self._lane
+        if lane is not None and key is None and properties is None and lane.topic == topic:
+            position = lane.send(value)
+            if position is not None:
+                return position
         engine = self._engine
         position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
         while position is None:  # held back: the only await of a send
             await engine.store.wait_writable()
             position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+        # the next value-only sends to this topic take the lane while it holds
+        self._lane = engine.txn_send_lane(topic, self.txn_id)
         return position
 
     async def send_many(

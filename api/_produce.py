@@ -19,12 +19,13 @@ from ledger import (
     TooLargeError,
     TxnId,
     WriteBatch,
+    encode_payload,
     encode_payloads,
     encode_value,
     encode_value_payloads,
     now_ms,
 )
-from txn_buffer import scoped_name
+from txn_buffer import TopicLane, TxnRecord, TxnState, scoped_name
 
 from ._core import (
     EngineCore,
@@ -232,6 +233,17 @@ class Producing(EngineCore):
         self.metrics.count_in(topic, 1)
         return position
 
+    def txn_send_lane(self, topic: str, txn: TxnId) -> TxnSendLane | None:
+        """A :class:`TxnSendLane` for ``txn``'s next value-only sends to ``topic``, right
+        after a :meth:`send_one_in_txn` of it (None if that send did not leave one)."""
+        topic_ = self._topics.get(topic)
+        record = self.coordinator.get(txn)
+        if topic_ is None or self.state is not EngineState.OPEN or topic not in record.topics:
+            return None
+        batch = self.store.batch
+        lane = topic_.lane(batch, record.txn_id)
+        return None if lane is None else TxnSendLane(self, topic, record, batch, lane)
+
     async def _append(
         self,
         topic_name: str,
@@ -339,3 +351,54 @@ class Producing(EngineCore):
             self.metrics.count_in(topic_name, len(group))
         await store.write(batch)
         return [p for p in positions if p is not None]
+
+
+class TxnSendLane:
+    """``Transaction.send``'s fast path: a transaction's further value-only sends to one
+    topic while nothing around them changed since a full :meth:`Producing.send_one_in_txn`
+    (the same open batch, the topic's last run still this transaction's, the transaction
+    still open and in time, no backpressure, space or store failure).
+
+    Only the value is encoded and checked per send: a send that sat in the full path's
+    ten calls now makes one. :meth:`send` returns None whenever anything is off (nothing
+    done), and the caller takes the full path, which raises or waits as it should.
+    """
+
+    __slots__ = ("_batch", "_coordinator", "_engine", "_lane", "_limit", "_record", "topic")
+
+    def __init__(
+        self, engine: Producing, topic: str, record: TxnRecord, batch: WriteBatch, lane: TopicLane
+    ) -> None:
+        self._engine = engine
+        self.topic = topic
+        """The topic this lane sends to."""
+        self._record = record
+        self._batch = batch
+        self._lane = lane
+        self._coordinator = engine.coordinator
+        self._limit = engine.config.max_message_bytes
+
+    def send(self, value: Any) -> Position | None:
+        """Append ``value`` (pipelined, as the full path); None if the lane is closed."""
+        engine = self._engine
+        record = self._record
+        if (
+            engine.state is not EngineState.OPEN
+            or record.state is not TxnState.OPEN
+            or record.fenced
+            or not engine.store.takes_pipelined(self._batch)
+        ):
+            return None
+        now = now_ms()
+        if now >= record.deadline_ms:
+            return None  # (the full path raises and wakes the timeout task)
+        packed = encode_value(value)  # raises for an unencodable value: nothing done yet
+        if len(packed) > self._limit:
+            return None
+        position = self._lane.append(encode_payload(None, packed, {}, now))
+        if position is None:
+            return None
+        self._coordinator.checked_at = now
+        engine.store.pipelined()
+        engine.metrics.count_in(self.topic, 1)
+        return position

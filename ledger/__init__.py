@@ -47,7 +47,7 @@ from ._errors import (
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
-from ._ledger import ManagedLedger, ms_to_datetime, now_ms
+from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
 from ._offload import OffloadStore, normalize_url, sidecar_url
 from ._parquet import AbortedIndexRow, OffloadedObject, json_text, split_value
@@ -60,6 +60,7 @@ from ._tiers import LedgerInfo
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
+    "AppendLane",
     "Body",
     "Catalog",
     "ClosedError",

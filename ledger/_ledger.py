@@ -219,6 +219,11 @@ class ManagedLedger(LedgerReads):
         batch.add(_INSERT_ENTRY, (self.topic_id, current.ledger_id, entry_id, 0, txn_seq, payload))
         return Position(current.ledger_id, entry_id)
 
+    def lane(self, batch: WriteBatch, txn_seq: int | None) -> AppendLane:
+        """An :class:`AppendLane` for further data entries of ``txn_seq`` (or none) to
+        this ledger's open tail, in ``batch``."""
+        return AppendLane(self, self._ledgers[-1], batch, txn_seq)
+
     def _add_run(
         self,
         batch: WriteBatch,
@@ -384,3 +389,48 @@ class ManagedLedger(LedgerReads):
             if hi >= lo:
                 total += hi - lo + 1
         return total
+
+
+class AppendLane:
+    """Data entries of one transaction (or none) appended to a ledger's open tail in one
+    batch, one at a time, with nothing looked up per entry: what a stream of
+    ``Transaction.send`` calls needs (see :meth:`ManagedLedger.lane`).
+
+    The caller owns the rest of the validity: that ``batch`` is still the one the next
+    flush takes and that nothing else appended to this topic in between (the lanes above,
+    ``txn_buffer.TopicLane`` and ``api``'s send lane, check both).
+    """
+
+    __slots__ = ("_batch", "_current", "_ledger", "_topic_id", "_txn_seq")
+
+    def __init__(
+        self, ledger: ManagedLedger, current: LedgerInfo, batch: WriteBatch, txn_seq: int | None
+    ) -> None:
+        self._ledger = ledger
+        self._current = current
+        self._batch = batch
+        self._topic_id = ledger.topic_id
+        self._txn_seq = txn_seq
+
+    def append(self, payload: bytes) -> Position | None:
+        """Append one entry and return its position; None (nothing done) once the open
+        ledger is full or rolled over (the full path rolls it)."""
+        current = self._current
+        ledger = self._ledger
+        if (
+            current.sealed
+            or current.entries >= ledger.max_entries
+            or current.bytes >= ledger.max_bytes
+        ):
+            return None
+        entry_id = current.entries
+        size = len(payload)
+        current.entries = entry_id + 1
+        current.bytes += size
+        batch = self._batch
+        batch.entries += 1
+        batch.bytes += size
+        ledger_id = current.ledger_id
+        batch.add(_INSERT_ENTRY, (self._topic_id, ledger_id, entry_id, 0, self._txn_seq, payload))
+        position: Position = _new_tuple(Position, (ledger_id, entry_id))
+        return position

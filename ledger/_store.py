@@ -386,6 +386,21 @@ class Store:
                 " writes resume once space is freed"
             )
 
+    def takes_pipelined(self, batch: WriteBatch) -> bool:
+        """True if ``batch`` is still :attr:`batch` and one more pipelined entry may go
+        into it now: no wait (:attr:`over_limit`) and nothing that :meth:`check_space` or
+        :meth:`check_writable` would raise, judged without a call (a send lane's check;
+        False means "take the full path", which says why)."""
+        if self._open is not batch or self.failure is not None or self._closing:
+            return False
+        if batch.entries + self._inflight_entries >= self._max_pending_entries:
+            return False
+        minimum = self.min_free_bytes
+        return not minimum or (
+            time.monotonic() - self._free_checked < _SPACE_CHECK_INTERVAL
+            and self._free_bytes - 2 * (self._written_since_check + batch.bytes) >= 2 * minimum
+        )
+
     def check_writable(self) -> None:
         """Raise what :meth:`submit` would raise now (failed or closing store); call it
         before adding to :attr:`batch`."""

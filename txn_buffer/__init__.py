@@ -15,7 +15,7 @@ from ._records import (
     scoped_name,
 )
 from ._state import TxnState
-from ._topic import ProducerState, Topic
+from ._topic import ProducerState, Topic, TopicLane
 
 __all__ = [
     "AbortedRow",
@@ -31,6 +31,7 @@ __all__ = [
     "PendingAck",
     "ProducerState",
     "Topic",
+    "TopicLane",
     "TxnBuffer",
     "TxnInfo",
     "TxnRecord",

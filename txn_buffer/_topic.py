@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ledger import (
+    AppendLane,
     Catalog,
     EntryKind,
     ManagedLedger,
@@ -177,6 +178,20 @@ class Topic:
         runs.append((position, position, EntryKind.DATA, txn_id))
         return position
 
+    def lane(self, batch: WriteBatch, txn_id: TxnId) -> TopicLane | None:
+        """A :class:`TopicLane` for ``txn_id``'s next sends in ``batch``, right after a
+        :meth:`prepare_one` of it; None when that send did not end the topic's last run."""
+        runs = self._durable_entries
+        if self._durable_batch is not batch or self._durable_mark != batch.callback_count:
+            return None
+        span = self._txn_spans.get(txn_id.seq)
+        if not runs or span is None:
+            return None
+        run = runs[-1]
+        if run[3] is not txn_id or run[2] is not EntryKind.DATA or run[1] != span[1]:
+            return None
+        return TopicLane(self, batch, runs, run, span, self.ledger.lane(batch, txn_id.seq))
+
     def prepare_marker(self, batch: WriteBatch, kind: EntryKind, txn_id: TxnId) -> Position:
         """Add a COMMIT or ABORT marker (and the abort index row) to ``batch``."""
         payload = encode_payload(None, _MARKER_VALUE, {}, now_ms())
@@ -221,3 +236,52 @@ class Topic:
         last_seq = sequence + len(positions) - 1
         self.producers[producer] = ProducerState(last_seq, sequence, positions)
         Catalog.prepare_producer(batch, self.topic_id, producer, sequence, positions)
+
+
+class TopicLane:
+    """One transaction's further data entries to a topic within one batch, each extending
+    the run the buffer applies once the batch is durable (see :meth:`Topic.lane`).
+
+    Valid while the topic's last run is still this lane's (no other append and no other
+    durable callback came in between) and the topic was not deleted; :meth:`append` says
+    None otherwise, and the caller takes the full path.
+    """
+
+    __slots__ = ("_batch", "_ledger_lane", "_run", "_runs", "_span", "_topic")
+
+    def __init__(
+        self,
+        topic: Topic,
+        batch: WriteBatch,
+        runs: list[_Run],
+        run: _Run,
+        span: list[Position],
+        ledger_lane: AppendLane,
+    ) -> None:
+        self._topic = topic
+        self._batch = batch
+        self._runs = runs
+        self._run = run
+        self._span = span
+        self._ledger_lane = ledger_lane
+
+    def append(self, payload: bytes) -> Position | None:
+        """Append one data entry; None (nothing done) if the lane no longer holds."""
+        topic = self._topic
+        runs = self._runs
+        run = self._run
+        if (
+            topic.deleted
+            or topic._durable_entries is not runs
+            or runs[-1] is not run
+            or topic._durable_mark != self._batch.callback_count
+            or topic._durable_batch is not self._batch
+        ):
+            return None
+        position = self._ledger_lane.append(payload)
+        if position is None:
+            return None
+        self._span[1] = position
+        run = self._run = (run[0], position, EntryKind.DATA, run[3])
+        runs[-1] = run
+        return position

@@ -1,10 +1,11 @@
 """Stateful property test: the engine against a small reference model.
 
 Random begin / transactional send / plain send / commit / abort / rollover / restart on
-two topics. After every step: the stable position is exactly where the model puts it,
-each transaction buffer passes ``_check()``, and a read_committed subscription on each
-topic has delivered exactly the committed and non-transactional values at or below it,
-in log order.
+two topics; transactional sends go through handles kept per transaction (so a handle's
+send lane outlives a step) and interleave several transactions within one step. After
+every step: the stable position is exactly where the model puts it, each transaction
+buffer passes ``_check()``, and a read_committed subscription on each topic has delivered
+exactly the committed and non-transactional values at or below it, in log order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from hypothesis.strategies import DataObject
 from support import EngineStateMachine
 
 from api import EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
@@ -85,6 +87,14 @@ class EngineMachine(EngineStateMachine):
             self.run(self.engine.create_topic(topic))
             self.run(self.engine.create_subscription(topic, "rc"))
         self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
+        self.txn_handles: dict[int, Transaction] = {}
+
+    def _handle(self, seq: int) -> Transaction:
+        """The handle kept for transaction ``seq`` (a new one after a restart)."""
+        handle = self.txn_handles.get(seq)
+        if handle is None:
+            handle = self.txn_handles[seq] = Transaction(self.engine, TxnId(seq))
+        return handle
 
     # -- rules ---------------------------------------------------------------------
 
@@ -93,28 +103,67 @@ class EngineMachine(EngineStateMachine):
         txn = self.run(self.engine.begin(timeout=600))
         seq = txn.txn_id.seq
         self.model.txns[seq] = ModelTxn(seq)
+        self.txn_handles[seq] = txn
         return seq
 
     @rule(seq=txns, topic=st.sampled_from(TOPICS), count=st.integers(1, 3))
     def txn_send(self, seq: int, topic: str, count: int) -> None:
-        txn_state = self.model.txns[seq]
-        values = list(range(self.next_value, self.next_value + count))
-        self.next_value += count
+        self._sends([(seq, topic)] * count, gathered=True)
 
-        async def send() -> None:
-            handle = Transaction(self.engine, TxnId(seq))
-            await asyncio.gather(*(handle.send(topic, v) for v in values))
+    @precondition(lambda self: bool(self.model.txns))
+    @rule(data=st.data())
+    def interleaved_sends(self, data: DataObject) -> None:
+        """Several transactions' sends (and plain ones) to both topics in one step: the
+        positions must follow the call order and each entry its own transaction."""
+        seqs = sorted(self.model.txns)
+        ops = data.draw(
+            st.lists(
+                st.tuples(st.sampled_from([*seqs, None]), st.sampled_from(TOPICS)),
+                min_size=2,
+                max_size=8,
+            )
+        )
+        self._sends(ops, gathered=False)
 
-        if txn_state.state != "open":
-            try:
-                self.run(send())
-            except TxnNotOpenError:
+    def _sends(self, ops: list[tuple[int | None, str]], *, gathered: bool) -> None:
+        """Run ``ops`` (``(txn seq or None for a plain send, topic)``) in one step, each
+        with the next value; the model takes the accepted ones in call order."""
+        accepted: list[tuple[int | None, str, int]] = []
+
+        async def one(seq: int | None, topic: str, value: int) -> None:
+            if seq is None:
+                await self.engine.send_many(topic, [value])
+                accepted.append((seq, topic, value))
                 return
-            raise AssertionError("send to an ended transaction was accepted")
-        self.run(send())
-        if topic not in txn_state.topics:
-            txn_state.topics.append(topic)
-        self.model.logs[topic].extend(ModelEntry("data", seq, v) for v in values)
+            try:
+                await self._handle(seq).send(topic, value)
+            except TxnNotOpenError:
+                if self.model.txns[seq].state == "open":
+                    raise
+                return
+            if self.model.txns[seq].state != "open":
+                raise AssertionError("send to an ended transaction was accepted")
+            accepted.append((seq, topic, value))
+
+        calls = []
+        for seq, topic in ops:
+            calls.append((seq, topic, self.next_value))
+            self.next_value += 1
+
+        async def run_all() -> None:
+            if gathered:
+                await asyncio.gather(*(one(*call) for call in calls))
+            else:
+                for call in calls:
+                    await one(*call)
+
+        self.run(run_all())
+        for seq, topic, value in accepted:
+            if seq is not None:
+                txn_state = self.model.txns[seq]
+                if topic not in txn_state.topics:
+                    txn_state.topics.append(topic)
+            self.model.logs[topic].append(ModelEntry("data", seq, value))
 
     @rule(topic=st.sampled_from(TOPICS), count=st.integers(1, 3))
     def plain_send(self, topic: str, count: int) -> None:
@@ -153,6 +202,7 @@ class EngineMachine(EngineStateMachine):
     @rule()
     def restart(self) -> None:
         self.reopen()
+        self.txn_handles.clear()
         self.handles = {t: self.run(self.engine.subscribe(t, "rc")) for t in TOPICS}
         for topic in TOPICS:
             self._check_recovery_equivalence(topic)
