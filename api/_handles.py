@@ -51,8 +51,9 @@ class Transaction:
         while position is None:  # held back: the only await of a send
             await engine.store.wait_writable()
             position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
-        # the next value-only sends to this topic take the lane while it holds
-        self._lane = engine.txn_send_lane(topic, self.txn_id)
+        if key is None and properties is None:
+            # the next value-only sends to this topic take the lane while it holds
+            self._lane = engine.txn_send_lane(topic, self.txn_id)
         return position
 
     async def send_many(
@@ -84,10 +85,12 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit: every send and ack of this transaction takes effect atomically."""
+        self._lane = None
         await self._engine.decide(self.txn_id, commit=True)
 
     async def abort(self) -> None:
         """Abort: nothing of this transaction is ever delivered."""
+        self._lane = None
         await self._engine.decide(self.txn_id, commit=False)
 
     async def info(self) -> TxnInfo:

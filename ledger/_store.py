@@ -533,6 +533,9 @@ class Store:
         # batch's last one): dropping them breaks that cycle, so a flush's objects are
         # freed by reference counting here instead of by a later full collection.
         callbacks.clear()
+        # Its rows are on disk: whoever still holds the batch (a send lane of an idle
+        # transaction, say) holds an empty shell, not the flush's payloads.
+        batch._statements.clear()
         if future is not None and not future.done():
             future.set_result(None)
         if self.on_flush is not None:
