@@ -50,6 +50,18 @@ class Target:
             return f"{self.op} {self.threshold:g} {unit}"
         return f"{self.op} {self.threshold:.2f} x {self.ref}"
 
+    def spec(self) -> list[Any]:
+        """``[op, threshold, ref]``: the target as plain JSON (see :meth:`from_spec`)."""
+        return [self.op, self.threshold, self.ref]
+
+    @classmethod
+    def from_spec(cls, spec: Sequence[Any]) -> Target:
+        """The target of a :meth:`spec`."""
+        op, threshold, ref = spec
+        if op not in (">=", "<="):
+            raise ValueError(f"unknown target operator {op!r}")
+        return cls(op, float(threshold), ref)
+
     def measure(self, value: float, values: dict[str, float]) -> float | None:
         """What the target compares: the ratio to ``ref`` or the value (None if unknown)."""
         if self.ref is None:

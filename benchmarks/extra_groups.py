@@ -1,7 +1,9 @@
 """Groups whose modules run their own repetitions: H (HTTP), R (recovery), S (Spark).
 
 Each module exposes ``run(quick) -> list[dict]`` (medians already taken); this adapter
-turns their dicts into :class:`~benchmarks.core.Figure` rows for ``run.py``'s table.
+turns their dicts into :class:`~benchmarks.core.Figure` rows for ``run.py``'s table,
+with their targets (``target_spec``) and per-run samples, so that the one table of a
+``make bench`` run checks every target, paired ratios included.
 """
 
 from __future__ import annotations
@@ -11,14 +13,21 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.core import Figure, Settings, group
+from benchmarks.core import Figure, Settings, Target, group
 
 
 def _adapt(module: str) -> Callable[[Settings], list[Figure]]:
     def run(settings: Settings) -> list[Figure]:
         produced: list[dict[str, Any]] = importlib.import_module(module).run(settings.quick)
         return [
-            Figure(d["id"], float(d["value"]), d["unit"], d.get("baseline"), None, ())
+            Figure(
+                d["id"],
+                float(d["value"]),
+                d["unit"],
+                d.get("baseline"),
+                Target.from_spec(d["target_spec"]) if d.get("target_spec") else None,
+                tuple(float(v) for v in d.get("samples", ())),
+            )
             for d in produced
         ]
 

@@ -468,6 +468,7 @@ def as_dicts(
         item = row.as_json()
         if f.target is not None:
             item["target"] = f.target.describe(f.unit)
+            item["target_spec"] = f.target.spec()
             item["actual"] = row.target_measured
             item["paired"] = row.target_paired
             item["met"] = row.target_met

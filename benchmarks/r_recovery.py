@@ -366,6 +366,7 @@ def as_dicts(figures: Sequence[Figure], details: dict[str, Any]) -> list[dict[st
         item = row.as_json()
         if f.target is not None:
             item["target"] = f.target.describe(f.unit)
+            item["target_spec"] = f.target.spec()
             item["actual"] = row.target_measured
             item["met"] = row.target_met
         item["samples"] = [round(v, 6) for v in f.samples]
