@@ -153,7 +153,7 @@ class ManagedLedger(LedgerReads):
         size = 0
         for kind, txn_id, payload in records:
             current = self._ledgers[-1]
-            if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
+            if self._full(current):
                 current = self._roll_over(batch, rows)
                 rows = []
             position = Position(current.ledger_id, current.entries)
@@ -195,7 +195,7 @@ class ManagedLedger(LedgerReads):
         start = 0
         while start < count:  # a ledger takes an entry while it holds < max_bytes before it
             current = self._ledgers[-1]
-            if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
+            if self._full(current):
                 current = self._roll_over(batch, [])
             room = self.max_entries - current.entries
             sums = list(itertools.accumulate(map(len, payloads[start : start + room])))
@@ -208,16 +208,14 @@ class ManagedLedger(LedgerReads):
     def prepare_one(self, batch: WriteBatch, payload: bytes, txn_seq: int | None) -> Position:
         """:meth:`prepare_data` of one payload (a ``Transaction.send``): no lists made."""
         current = self._ledgers[-1]
-        if current.entries >= self.max_entries or current.bytes >= self.max_bytes:
-            current = self._roll_over(batch, [])  # a ledger takes an entry while below both
-        entry_id = current.entries
-        size = len(payload)
-        current.entries = entry_id + 1
-        current.bytes += size
-        batch.entries += 1
-        batch.bytes += size
-        batch.add(_INSERT_ENTRY, (self.topic_id, current.ledger_id, entry_id, 0, txn_seq, payload))
-        return Position(current.ledger_id, entry_id)
+        if self._full(current):
+            current = self._roll_over(batch, [])
+        return _append_one(batch, self.topic_id, current, payload, txn_seq)
+
+    def _full(self, current: LedgerInfo) -> bool:
+        """True once ``current`` takes no more entries (a ledger takes an entry while it
+        is below both limits)."""
+        return current.entries >= self.max_entries or current.bytes >= self.max_bytes
 
     def lane(self, batch: WriteBatch, txn_seq: int | None) -> AppendLane:
         """An :class:`AppendLane` for further data entries of ``txn_seq`` (or none) to
@@ -416,21 +414,22 @@ class AppendLane:
         """Append one entry and return its position; None (nothing done) once the open
         ledger is full or rolled over (the full path rolls it)."""
         current = self._current
-        ledger = self._ledger
-        if (
-            current.sealed
-            or current.entries >= ledger.max_entries
-            or current.bytes >= ledger.max_bytes
-        ):
+        if current.sealed or self._ledger._full(current):
             return None
-        entry_id = current.entries
-        size = len(payload)
-        current.entries = entry_id + 1
-        current.bytes += size
-        batch = self._batch
-        batch.entries += 1
-        batch.bytes += size
-        ledger_id = current.ledger_id
-        batch.add(_INSERT_ENTRY, (self._topic_id, ledger_id, entry_id, 0, self._txn_seq, payload))
-        position: Position = _new_tuple(Position, (ledger_id, entry_id))
-        return position
+        return _append_one(self._batch, self._topic_id, current, payload, self._txn_seq)
+
+
+def _append_one(
+    batch: WriteBatch, topic_id: int, current: LedgerInfo, payload: bytes, txn_seq: int | None
+) -> Position:
+    """Append one data entry to the open ledger ``current`` (which has room)."""
+    entry_id = current.entries
+    size = len(payload)
+    current.entries = entry_id + 1
+    current.bytes += size
+    batch.entries += 1
+    batch.bytes += size
+    ledger_id = current.ledger_id
+    batch.add(_INSERT_ENTRY, (topic_id, ledger_id, entry_id, 0, txn_seq, payload))
+    position: Position = _new_tuple(Position, (ledger_id, entry_id))
+    return position

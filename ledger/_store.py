@@ -370,13 +370,7 @@ class Store:
 
     def check_space(self) -> None:
         """Raise :class:`InsufficientStorageError` while :attr:`space_low`."""
-        minimum = self.min_free_bytes
-        if not minimum:
-            return
-        if (  # the common case without a call: looked lately, far from the reserve
-            time.monotonic() - self._free_checked < _SPACE_CHECK_INTERVAL
-            and self._free_bytes - 2 * (self._written_since_check + self._open.bytes) >= 2 * minimum
-        ):
+        if self._space_plenty():
             return
         if self.space_low:
             self._free_checked = -1.0  # the next request looks again
@@ -389,16 +383,19 @@ class Store:
     def takes_pipelined(self, batch: WriteBatch) -> bool:
         """True if ``batch`` is still :attr:`batch` and one more pipelined entry may go
         into it now: no wait (:attr:`over_limit`) and nothing that :meth:`check_space` or
-        :meth:`check_writable` would raise, judged without a call (a send lane's check;
+        :meth:`check_writable` would raise, judged without a system call (a send lane's check;
         False means "take the full path", which says why)."""
         if self._open is not batch or self.failure is not None or self._closing:
             return False
-        if batch.entries + self._inflight_entries >= self._max_pending_entries:
-            return False
+        return not self.over_limit and self._space_plenty()
+
+    def _space_plenty(self) -> bool:
+        """True without a system call when no reserve is set, or when free space was
+        looked at lately and lies far above the reserve (the common case)."""
         minimum = self.min_free_bytes
         return not minimum or (
             time.monotonic() - self._free_checked < _SPACE_CHECK_INTERVAL
-            and self._free_bytes - 2 * (self._written_since_check + batch.bytes) >= 2 * minimum
+            and self._free_bytes - 2 * (self._written_since_check + self._open.bytes) >= 2 * minimum
         )
 
     def check_writable(self) -> None:

@@ -91,6 +91,11 @@ class Topic:
 
     # -- appends -------------------------------------------------------------------
 
+    def _joins_durable(self, batch: WriteBatch) -> bool:
+        """True while appends to ``batch`` may still join this topic's durable callback
+        in it: no other callback was registered after it (see :meth:`_durable_list`)."""
+        return self._durable_batch is batch and self._durable_mark == batch.callback_count
+
     def _durable_list(self, batch: WriteBatch) -> list[_Run]:
         """The list of entries ``batch``'s callback applies to the buffer once durable.
 
@@ -99,7 +104,7 @@ class Topic:
         between: callbacks run in registration order, so entries still reach the buffer
         in position order.
         """
-        if self._durable_batch is batch and self._durable_mark == batch.callback_count:
+        if self._joins_durable(batch):
             return self._durable_entries
         entries: list[_Run] = []
 
@@ -167,7 +172,7 @@ class Topic:
                 self._txn_spans[txn_id.seq] = [position, position]
             else:
                 span[1] = position
-        if self._durable_batch is batch and self._durable_mark == batch.callback_count:
+        if self._joins_durable(batch):
             runs = self._durable_entries
             run = runs[-1] if runs else None
             if run is not None and run[3] is txn_id and run[2] is EntryKind.DATA:
@@ -182,7 +187,7 @@ class Topic:
         """A :class:`TopicLane` for ``txn_id``'s next sends in ``batch``, right after a
         :meth:`prepare_one` of it; None when that send did not end the topic's last run."""
         runs = self._durable_entries
-        if self._durable_batch is not batch or self._durable_mark != batch.callback_count:
+        if not self._joins_durable(batch):
             return None
         span = self._txn_spans.get(txn_id.seq)
         if not runs or span is None:
@@ -274,8 +279,7 @@ class TopicLane:
             topic.deleted
             or topic._durable_entries is not runs
             or runs[-1] is not run
-            or topic._durable_mark != self._batch.callback_count
-            or topic._durable_batch is not self._batch
+            or not topic._joins_durable(self._batch)
         ):
             return None
         position = self._ledger_lane.append(payload)
