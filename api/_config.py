@@ -54,6 +54,10 @@ class EngineConfig:
     offloaded stay readable)."""
     offload_check_interval: float = 5.0
     """How often topics with an offload policy are checked for ledgers to offload."""
+    writer: Literal["thread", "process"] = "thread"
+    """Where SQLite writes run. ``"thread"``: a thread of this process. ``"process"``: a
+    child process (``ledger/_writer_process.py``), so that they do not share the GIL
+    with a busy event loop; ``serve`` uses it. Same durability either way."""
     gc_freeze: bool = True
     """Keep CPython's full garbage collections short: pause automatic collection while
     recovering, then :func:`gc.freeze` what exists once open (undone when the last such
@@ -62,6 +66,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
             raise ValueError("durability must be 'full' or 'normal'")
+        if self.writer not in ("thread", "process"):
+            raise ValueError("writer must be 'thread' or 'process'")
         for name in (
             "ledger_max_entries",
             "ledger_max_bytes",

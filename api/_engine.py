@@ -97,6 +97,7 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
             synchronous="FULL" if self.config.durability == "full" else "NORMAL",
             max_pending_entries=self.config.max_pending_entries,
             min_free_bytes=self.config.min_free_bytes,
+            writer_process=self.config.writer == "process",
         )
         self._store = store
         self._swept.clear()  # a failed flush may have left orphan objects: look again

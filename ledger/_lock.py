@@ -2,14 +2,19 @@
 
 ``flock(LOCK_EX | LOCK_NB)`` on ``<dir>/txnstream.lock``, held for the life of the
 store. The kernel drops it when the holder exits, ``kill -9`` included, so a stale file
-never blocks a restart; the holder's pid is written into the file only to name it in
-the error a second opener gets. Separate opens conflict even within one process, so two
-engines in one process are refused too. Advisory: it guards against txnstream processes
+never blocks a restart; the holder's pid is written into the file to name it in the
+error a second opener gets. A store's writer process inherits the lock (see
+:mod:`ledger._writer_process`), so after a ``kill -9`` of the owner the lock lives on
+for the moment the child takes to finish its flush and exit: a restart waits for that
+(:meth:`DirectoryLock.acquire_when_free`) when the pid in the file has no process.
+Separate opens conflict even within one process, so two engines in one process are
+refused too. Advisory: it guards against txnstream processes
 (a server, an embedded engine, a drill, a Spark ``path`` writer), not other programs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -18,6 +23,9 @@ from pathlib import Path
 from ._errors import DataDirLockedError
 
 LOCK_FILE = "txnstream.lock"
+ORPHAN_WAIT = 10.0
+"""Seconds an opener waits for a lock whose recorded holder has exited (its writer
+process finishing a flush; a flush takes milliseconds, a busy disk can take seconds)."""
 
 
 class DirectoryLock:
@@ -48,6 +56,27 @@ class DirectoryLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(fd, path)
 
+    @classmethod
+    async def acquire_when_free(
+        cls, directory: str | Path, wait: float = ORPHAN_WAIT
+    ) -> DirectoryLock:
+        """:meth:`acquire`, but while the pid in the lock file names no process (the
+        lock is held by the writer process of an owner that died), retry for up to
+        ``wait`` seconds. A live holder is refused at once, as by :meth:`acquire`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            try:
+                return cls.acquire(directory)
+            except DataDirLockedError:
+                if _holder_alive(Path(directory) / LOCK_FILE) or loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(0.01)
+
+    def fileno(self) -> int:
+        """The lock's descriptor (a child that inherits it holds the lock too)."""
+        return self._fd
+
     def release(self) -> None:
         """Release the lock (idempotent); the file stays, empty."""
         if self._fd < 0:
@@ -56,3 +85,18 @@ class DirectoryLock:
             os.ftruncate(self._fd, 0)
         os.close(self._fd)
         self._fd = -1
+
+
+def _holder_alive(path: Path) -> bool:
+    """Whether the pid recorded in the lock file names a process (True if unknown)."""
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

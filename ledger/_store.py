@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import itertools
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +44,11 @@ import aiosqlite
 from ._errors import ClosedError, EngineFailedError, InsufficientStorageError
 from ._lock import DirectoryLock
 from ._schema import migrate
+from ._sqlwriter import Params, Statements, apply_flush, writer_pragmas
+from ._writer_process import WriterProcess
 
 log = logging.getLogger("txnstream.store")
 
-Params = Sequence[Any]
 _TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 _NO_SPACE = ("database or disk is full", "no space left", "quota exceeded")
 _RETRY_DELAYS = (0.01, 0.05, 0.2, 0.5, 1.0)
@@ -74,7 +74,7 @@ class WriteBatch:
     __slots__ = ("_callbacks", "_statements", "bytes", "entries")
 
     def __init__(self) -> None:
-        self._statements: list[tuple[str, list[Params]]] = []
+        self._statements: Statements = []
         self._callbacks: list[Callable[[], None]] = []
         self.entries = 0
         """Log entries this batch appends (for metrics and backpressure)."""
@@ -129,65 +129,13 @@ class WriteBatch:
         return bool(self._statements or self._callbacks)
 
 
-# Each statement the writer thread runs releases the GIL around sqlite3_step and must
-# take it back, and ``executemany`` does so per row. While the event loop is busy, taking
-# it back waits for the loop's switch interval (5 ms by default): 100 rows through
-# executemany took 260 ms beside a busy thread, 13 ms as one multi-row INSERT (measured
-# here). So runs of rows for a plain ``INSERT ... VALUES (?, ...)`` go as multi-row
-# INSERTs: chunks of a power of two rows (a handful of statement texts for SQLite's
-# statement cache), in order, so a later row still wins over an earlier one.
-_MULTI_ROW_LIMIT = 256  # rows per statement (6 columns: far below SQLite's 32,766 variables)
-
-
-@functools.lru_cache(maxsize=64)
-def _multi_row_sql(sql: str, rows: int) -> str | None:
-    """``sql`` for ``rows`` rows at once, or None if it is not a plain INSERT ... VALUES."""
-    head, sep, values = sql.rpartition(" VALUES ")
-    if not sep or not head.startswith("INSERT") or not values.startswith("(?"):
-        return None
-    if not values.endswith(")") or ")" in values[:-1]:
-        return None  # (a clause after the VALUES tuple, e.g. an upsert's ON CONFLICT)
-    return f"{head} VALUES {', '.join([values] * rows)}"
-
-
-def _run_rows(conn: sqlite3.Connection, sql: str, rows: list[Params]) -> None:
-    if len(rows) == 1:
-        conn.execute(sql, rows[0])
-        return
-    if _multi_row_sql(sql, 2) is None:
-        conn.executemany(sql, rows)
-        return
-    start, left = 0, len(rows)
-    while left:
-        size = min(_MULTI_ROW_LIMIT, 1 << (left.bit_length() - 1))  # largest power of 2
-        chunk = rows[start : start + size]
-        multi = _multi_row_sql(sql, size) if size > 1 else sql
-        assert multi is not None
-        conn.execute(multi, [value for row in chunk for value in row])
-        start += size
-        left -= size
-
-
-def _apply(conn: sqlite3.Connection, statements: list[tuple[str, list[Params]]]) -> None:
-    """Run in the writer thread: one transaction for the whole flush."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for sql, rows in statements:
-            _run_rows(conn, sql, rows)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 class Store:
     """Owner of the SQLite file: the writer task and the read connections."""
 
     def __init__(
         self,
         path: Path,
-        writer: aiosqlite.Connection,
+        writer: aiosqlite.Connection | None,
         readers: list[aiosqlite.Connection],
         *,
         max_pending_entries: int,
@@ -204,6 +152,7 @@ class Store:
         self._flush_entries = flush_entries
         self._linger_handle: asyncio.TimerHandle | None = None
         self._writer = writer
+        self._process: WriterProcess | None = None
         self._readers = readers
         self._reader_cycle = itertools.cycle(readers)
         # Everything submitted and not yet taken by a flush, merged in submission order;
@@ -240,43 +189,52 @@ class Store:
         readers: int = 2,
         max_pending_entries: int = 20_000,
         min_free_bytes: int = 0,
+        writer_process: bool = False,
     ) -> Store:
-        """Open (creating if needed) the database at ``path`` and start the writer.
+        """Open (creating if needed) the database at ``path`` and start the writer: a
+        thread of this process, or with ``writer_process`` a child process (see
+        :mod:`ledger._writer_process`).
 
         Takes the directory's owner lock first (:class:`DirectoryLock`): a second opener
         gets :class:`DataDirLockedError` before anything is read or written.
         """
         path = Path(path)
-        lock = DirectoryLock.acquire(path.parent)
+        lock = await DirectoryLock.acquire_when_free(path.parent)
         try:
             writer = await aiosqlite.connect(path, isolation_level=None)
         except BaseException:
             lock.release()
             raise
+        reader_conns: list[aiosqlite.Connection] = []
+        store: Store | None = None
         try:
-            await writer.execute("PRAGMA journal_mode=WAL")
-            await writer.execute(f"PRAGMA synchronous={synchronous}")
-            await writer.execute("PRAGMA cache_size=-8192")  # appends touch only tails
-            await writer.execute("PRAGMA busy_timeout=5000")
+            for pragma in writer_pragmas(synchronous):
+                await writer.execute(pragma)
             await writer._execute(migrate, writer._conn)  # type: ignore[no-untyped-call]
-            reader_conns = []
             for _ in range(readers):
                 reader = await aiosqlite.connect(path, isolation_level=None)
+                reader_conns.append(reader)
                 await reader.execute("PRAGMA query_only=1")
                 await reader.execute("PRAGMA cache_size=-8192")
                 await reader.execute("PRAGMA busy_timeout=5000")
-                reader_conns.append(reader)
+            if writer_process:
+                await writer.close()  # (migrated: the child writes from now on)
+            store = cls(
+                path,
+                None if writer_process else writer,
+                reader_conns,
+                max_pending_entries=max_pending_entries,
+                min_free_bytes=min_free_bytes,
+            )
+            if writer_process:
+                store._process = await WriterProcess.start(
+                    path, synchronous, lock.fileno(), store._hopped, store._writer_lost
+                )
         except BaseException:
-            await writer.close()
+            for conn in [writer, *reader_conns]:
+                await conn.close()
             lock.release()
             raise
-        store = cls(
-            path,
-            writer,
-            reader_conns,
-            max_pending_entries=max_pending_entries,
-            min_free_bytes=min_free_bytes,
-        )
         store._lock = lock
         return store
 
@@ -464,18 +422,22 @@ class Store:
         self._hop(batch)
 
     def _hop(self, batch: WriteBatch) -> None:
-        """Hand ``batch`` to the write connection's thread (one hop for the flush)."""
+        """Hand ``batch`` to the writer (one hop for the flush); :meth:`_hopped` follows."""
         loop = asyncio.get_running_loop()
         statements = batch._statements
         if not statements:
             loop.call_soon(self._hopped, None)  # only callbacks or waiters: nothing to write
             return
+        if self._process is not None:
+            self._process.apply(statements)
+            return
         writer = self._writer
+        assert writer is not None
         done = self._hopped
 
         def run() -> None:  # on the connection's thread
             try:
-                _apply(writer._conn, statements)
+                apply_flush(writer._conn, statements)
             except BaseException as exc:  # noqa: BLE001 - handed to the loop
                 loop.call_soon_threadsafe(done, exc)
             else:
@@ -485,6 +447,10 @@ class Store:
         # with no future it only runs the function, which reports back itself: one
         # wake-up of the loop per flush, no future, coroutine or task in between.
         writer._tx.put_nowait((None, run))
+
+    def _writer_lost(self, exc: BaseException) -> None:
+        """The writer process ended with no flush in flight: the store fails."""
+        self._fail(exc, [])
 
     def _hopped(self, exc: BaseException | None) -> None:
         assert self._inflight is not None
@@ -599,7 +565,10 @@ class Store:
         try:
             for reader in self._readers:
                 await reader.close()
-            await self._writer.close()
+            if self._process is not None:
+                await self._process.close()
+            if self._writer is not None:
+                await self._writer.close()
         finally:
             if self._lock is not None:
                 self._lock.release()

@@ -40,9 +40,15 @@ HELP = {
     "offload_url": "Object store for offloaded ledgers: a directory (file:///dir or a"
     " path) or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
     "offload_check_interval": "Seconds between background offload passes.",
+    "writer": "Where SQLite writes run: thread (in this process) or process (a child"
+    " process, so they do not share the event loop's core).",
     "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
 }
 """One line of help per field (a test checks every field has one)."""
+
+SERVE_DEFAULTS: dict[str, Any] = {"writer": "process"}
+"""Where ``serve`` departs from :class:`EngineConfig`'s defaults: a server's event loop is
+busy with HTTP, so its SQLite writes go to a child process."""
 
 
 def config_fields() -> list[tuple[str, type]]:
@@ -77,11 +83,12 @@ def with_config_flags(command: Callable[..., None]) -> Callable[..., None]:
         names.append(name)
         flag = "--" + name.replace("_", "-")
         decls = [f"{flag}/--no-{flag[2:]}"] if base is bool else [flag]
+        default = SERVE_DEFAULTS.get(name, getattr(EngineConfig(), name))
         option = typer.Option(
             *decls,
             envvar=f"TXNSTREAM_{name.upper()}",
             show_envvar=True,
-            help=f"{HELP[name]} [default: {getattr(EngineConfig(), name)}]",
+            help=f"{HELP[name]} [default: {default}]",
         )
         hint = Annotated[base | None, option]  # type: ignore[valid-type]
         annotations[name] = hint

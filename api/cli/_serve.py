@@ -30,7 +30,7 @@ import typer
 from api import Engine, EngineConfig
 
 from ._common import fail
-from ._config_flags import with_config_flags
+from ._config_flags import SERVE_DEFAULTS, with_config_flags
 from ._connections import bounded_protocol, raise_file_limit
 from ._logging import log_config, startup_banner
 
@@ -181,7 +181,11 @@ def make_server(
         access = access_policy(host)
     shown_host = f"[{host}]" if ":" in host else host
     scheme = "https" if tls_cert is not None else "http"
-    settings: dict[str, Any] = {"durability": durability, "offload_url": offload_url}
+    settings: dict[str, Any] = {
+        **SERVE_DEFAULTS,
+        "durability": durability,
+        "offload_url": offload_url,
+    }
     if ledger_max_entries is not None:
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})

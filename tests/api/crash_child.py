@@ -1,8 +1,9 @@
 """Child process for the SIGKILL test (``test_engine_crash.py``); not a test module.
 
-Usage: ``python crash_child.py DATA_DIR TXN_TIMEOUT WORKERS SNAPSHOT_EVERY SNAPSHOT_INTERVAL``
+Usage: ``python crash_child.py DATA_DIR TXN_TIMEOUT WORKERS SNAPSHOT_EVERY SNAPSHOT_INTERVAL
+WRITER``
 
-Opens an engine on DATA_DIR (with that snapshot policy), creates topics ``alpha`` and
+Opens an engine on DATA_DIR (with that snapshot policy and writer), creates topics ``alpha`` and
 ``beta`` with a read_committed subscription ``audit`` each, prints ``{"event": "ready"}``,
 then runs WORKERS concurrent loops of transactions over both topics until it is killed.
 Every step prints one JSON line to stdout, flushed:
@@ -62,9 +63,14 @@ async def worker(engine: Engine, w: int, timeout: float) -> None:
         i += 1
 
 
-async def main(data: Path, timeout: float, workers: int, every: int, interval: float) -> None:
+async def main(
+    data: Path, timeout: float, workers: int, every: int, interval: float, writer: Any
+) -> None:
     config = EngineConfig(
-        default_txn_timeout=timeout, snapshot_every=every, snapshot_interval=interval
+        default_txn_timeout=timeout,
+        snapshot_every=every,
+        snapshot_interval=interval,
+        writer=writer,
     )
     async with Engine.open(data, config) as engine:
         for topic in TOPICS:
@@ -75,5 +81,5 @@ async def main(data: Path, timeout: float, workers: int, every: int, interval: f
 
 
 if __name__ == "__main__":
-    data, timeout, workers, every, interval = sys.argv[1:6]
-    asyncio.run(main(Path(data), float(timeout), int(workers), int(every), float(interval)))
+    data, timeout, workers, every, interval, writer = sys.argv[1:7]
+    asyncio.run(main(Path(data), float(timeout), int(workers), int(every), float(interval), writer))

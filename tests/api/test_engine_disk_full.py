@@ -97,11 +97,15 @@ async def test_a_full_disk_refuses_writes_serves_reads_and_resumes(small_fs: Pat
         assert [e.position for e in fetched.entries] == acked
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
 async def test_a_flush_that_hits_enospc_recovers_in_place_once_space_is_back(
-    small_fs: Path,
+    small_fs: Path, writer: str
 ) -> None:
+    """With the writer in a process, its SQLite error crosses the pipe and must still
+    read as a full disk (507), not as a generic failure."""
     data = small_fs / "data"
-    config = EngineConfig(min_free_bytes=0)  # no reserve: SQLite itself meets the full disk
+    # no reserve: SQLite itself meets the full disk
+    config = EngineConfig(min_free_bytes=0, writer=writer)  # type: ignore[arg-type]
     async with Engine.open(data, config) as engine:
         await engine.create_topic("t")
         acked = [await engine.send("t", VALUE)]

@@ -77,6 +77,7 @@ class ServeProcess:
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, as under a terminal
             )
         proc = self.proc
         wait_for(lambda: proc.poll() is not None or _answers(self.url), 30, "the server to answer")

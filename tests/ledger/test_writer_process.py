@@ -1,0 +1,150 @@
+"""The writer process (``EngineConfig(writer="process")``): it stores exactly what the
+writer thread stores, its failures read as the thread's would, and its death fails the
+store, after which an engine recovers in place with nothing acknowledged lost."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import math
+import os
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import drain, wait_until
+
+from api import Engine, EngineConfig, EngineError
+from ledger import EngineFailedError, Store, WriteBatch
+from ledger._store import is_no_space
+from ledger._writer_process import _rebuild
+
+pytestmark = pytest.mark.timeout(120)
+
+_UPSERT = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
+_DELETE = "DELETE FROM meta WHERE key = ?"
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
+    st.binary(max_size=300),
+)
+keys = st.text(alphabet="abcdef", min_size=1, max_size=3)
+statement = st.one_of(
+    st.tuples(st.just(_UPSERT), st.lists(st.tuples(keys, values), min_size=1, max_size=40)),
+    st.tuples(st.just(_DELETE), st.lists(st.tuples(keys), min_size=1, max_size=3)),
+)
+flushes = st.lists(st.lists(statement, min_size=1, max_size=6), min_size=1, max_size=4)
+
+
+async def _stored(directory: Path, flushes: list[Any], process: bool) -> list[Any]:
+    store = await Store.open(directory / "txnstream.db", writer_process=process)
+    try:
+        for flush in flushes:
+            batch = WriteBatch()
+            for sql, rows in flush:
+                batch.add_many(sql, rows)
+            await store.write(batch)
+        return await store.read("SELECT key, value, typeof(value) FROM meta ORDER BY key")
+    finally:
+        await store.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(flushes=flushes)
+def test_the_process_stores_exactly_what_the_thread_stores(
+    tmp_path_factory: pytest.TempPathFactory, flushes: list[Any]
+) -> None:
+    """Every SQLite type through the pipe: ints at both 64-bit ends, floats (infinities
+    included), text, blobs, NULL, booleans; upserts and deletes, in order."""
+    thread = asyncio.run(_stored(tmp_path_factory.mktemp("thread"), flushes, False))
+    process = asyncio.run(_stored(tmp_path_factory.mktemp("process"), flushes, True))
+    assert process == thread
+    for _key, value, kind in process:  # the types survived, not just equal-looking values
+        if isinstance(value, float) and math.isinf(value):
+            assert kind == "real"
+
+
+async def test_a_failed_statement_rolls_back_its_flush_only(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "txnstream.db", writer_process=True)
+    try:
+        good = WriteBatch()
+        good.add(_UPSERT, ("a", 1))
+        await store.write(good)
+        bad = WriteBatch()
+        bad.add(_UPSERT, ("b", 2))
+        bad.add("INSERT INTO meta (key, value) VALUES (?, ?)", ("a", 3))  # duplicate key
+        with pytest.raises(EngineFailedError, match="UNIQUE constraint failed"):
+            await store.write(bad)
+        assert isinstance(store.failure, sqlite3.IntegrityError)
+        assert await store.read("SELECT key, value FROM meta") == [("a", 1)]
+    finally:
+        await store.close()
+
+
+def test_the_childs_errors_come_back_as_the_thread_would_raise_them() -> None:
+    locked = _rebuild("OperationalError", "database is locked", None)
+    assert type(locked) is sqlite3.OperationalError
+    assert str(locked) == "database is locked"  # (the store retries this one)
+    full = _rebuild("OperationalError", "database or disk is full", None)
+    assert is_no_space(full)
+    enospc = _rebuild("OSError", "No space left on device", errno.ENOSPC)
+    assert isinstance(enospc, OSError)
+    assert is_no_space(enospc)
+    other = _rebuild("MemoryError", "", None)
+    assert isinstance(other, EngineFailedError)
+    assert "MemoryError" in str(other)
+
+
+def _writer_children(db: Path) -> list[int]:
+    """Pids of this process's writer processes for ``db``."""
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if any(a.endswith(b"_sqlwriter.py") for a in argv) and str(db).encode() in argv:
+                pids.append(int(pid))
+    return pids
+
+
+async def test_a_killed_writer_process_fails_the_store_and_the_engine_recovers(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    config = EngineConfig(writer="process")
+    async with Engine.open(data, config) as engine:
+        await engine.create_topic("t")
+        acked = [await engine.send("t", {"n": n}) for n in range(20)]
+        (child,) = _writer_children(data / "txnstream.db")
+        os.kill(child, signal.SIGKILL)
+        # The send after the kill fails (nothing can apply its flush); once recovery
+        # has reopened the store with a new writer process, sends succeed again.
+        refused = 0
+
+        async def sent() -> bool:
+            nonlocal refused
+            try:
+                acked.append(await engine.send("t", {"n": len(acked)}))
+            except EngineError:
+                refused += 1
+                return False
+            return True
+
+        await wait_until(sent, 30, "a send to succeed after recovery")
+        assert refused >= 1
+        (new_child,) = _writer_children(data / "txnstream.db")
+        assert new_child != child
+        sub = await engine.subscribe("t", "all", initial_position="earliest")
+        got = await drain(sub, idle=0.2, limit=30)
+        assert [m.position for m in got] == acked
+    assert _writer_children(data / "txnstream.db") == []  # closed with the engine
