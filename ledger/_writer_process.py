@@ -197,8 +197,8 @@ class WriterProcess:
             + ("" if code is None else f" with code {code}")
         )
         log.error("%s", error)
-        if self._stdin is not None:
-            self._stdin.abort()
+        if self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.abort()  # (it may have seen the broken pipe first)
         if self._waiting:  # the flush in flight fails with it
             self._waiting = 0
             self._on_reply(error)
@@ -213,7 +213,8 @@ class WriterProcess:
         self._stopping = True
         proc = self._proc
         if self._stdin is not None:
-            self._stdin.close()  # end of file once what is buffered is written
+            if not self._stdin.is_closing():
+                self._stdin.close()  # end of file once what is buffered is written
         elif proc.stdin is not None:
             proc.stdin.close()
         if kill:
@@ -226,6 +227,7 @@ class WriterProcess:
             proc.kill()
             await asyncio.to_thread(proc.wait)
         if self._stdout is not None:
-            self._stdout.close()
+            if not self._stdout.is_closing():
+                self._stdout.close()
         elif proc.stdout is not None:
             proc.stdout.close()

@@ -148,3 +148,52 @@ async def test_a_killed_writer_process_fails_the_store_and_the_engine_recovers(
         got = await drain(sub, idle=0.2, limit=30)
         assert [m.position for m in got] == acked
     assert _writer_children(data / "txnstream.db") == []  # closed with the engine
+
+
+batches = st.lists(
+    st.tuples(st.booleans(), st.lists(st.tuples(keys, st.integers(0, 9)), max_size=3)),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=20, deadline=None)
+@given(batches=batches, yield_every=st.integers(1, 4))
+def test_flushes_complete_in_submission_order(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[Any], yield_every: int
+) -> None:
+    """Submissions while a flush is in the writer process: callbacks and waiters run in
+    submission order, each after everything before it, and the table ends as the
+    batches applied one by one would leave it (empty batches included)."""
+    directory = tmp_path_factory.mktemp("order")
+
+    async def run() -> None:
+        store = await Store.open(directory / "txnstream.db", writer_process=True)
+        try:
+            published: list[int] = []
+            waited: list[tuple[int, int]] = []  # (batch, batches published by then)
+            futures = []
+            model: dict[str, int] = {}
+            for n, (wait, rows) in enumerate(batches):
+                batch = WriteBatch()
+                for key, value in rows:
+                    batch.add(_UPSERT, (key, value))
+                    model[key] = value
+                batch.on_durable(lambda n=n: published.append(n))
+                future = store.submit(batch, wait=wait)
+                if future is not None:
+                    future.add_done_callback(lambda _, n=n: waited.append((n, len(published))))
+                    futures.append(future)
+                if n % yield_every == 0:
+                    await asyncio.sleep(0)  # the loop pass ends: due flushes go
+            await store.flush()
+            await asyncio.gather(*futures)
+            assert published == list(range(len(batches)))
+            assert [n for n, _ in waited] == sorted(n for n, _ in waited)
+            assert all(done > n for n, done in waited)
+            rows = await store.read("SELECT key, value FROM meta WHERE key != 'schema'")
+            assert dict(rows) == model
+        finally:
+            await store.close()
+
+    asyncio.run(run())
