@@ -66,6 +66,7 @@ from ._parquet import (
     _sidecar_table,
     entries_of,
     ledger_table,
+    rows_of,
 )
 
 
@@ -306,6 +307,12 @@ class OffloadStore:
         """Entries ``lo <= entry_id <= hi`` of an offloaded ledger, in order."""
         table = self._rows(url, lo, hi)
         return entries_of(ledger_id, table)
+
+    def read_rows(
+        self, ledger_id: int, url: str, lo: int, hi: int
+    ) -> list[tuple[int, int, int, int | None, bytes]]:
+        """:meth:`read_entries` as raw rows (see :func:`rows_of`)."""
+        return rows_of(ledger_id, self._rows(url, lo, hi))
 
     def read_positions(self, ledger_id: int, url: str, entry_ids: Sequence[int]) -> list[Entry]:
         """The entries with exactly these ids (missing ones left out), in order."""

@@ -6,12 +6,13 @@ store is :mod:`ledger._offload`.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._codec import decode_payload
+from ._codec import decode_payload, encode_payload, encode_value
 from ._entry import Entry, EntryKind, TxnId
 from ._errors import LedgerError
 from ._position import Position
@@ -24,6 +25,8 @@ _SIDECAR_SUFFIX = ".aborted.parquet"
 _COMMITTED_KEY = b"txnstream.committed_data"
 _KINDS = {"data": EntryKind.DATA, "commit": EntryKind.COMMIT, "abort": EntryKind.ABORT}
 _KIND_LABELS = {int(kind): kind.label for kind in EntryKind}
+_KIND_ORDER = [kind.label for kind in sorted(EntryKind)]  # a label's index is its value
+_TXN_PREFIX = len(str(TxnId(0))) - 1  # "txn-": the sequence follows
 _ENTRY_COLUMNS = (
     "entry_id",
     "kind",
@@ -247,20 +250,67 @@ def _parquet_bytes(table: Any, row_group_rows: int) -> Any:
     return sink.getvalue()
 
 
-def entries_of(ledger_id: int, table: Any) -> list[Entry]:
-    """Entries from rows of an offloaded object (as :func:`ledger_table` wrote them)."""
+def rows_of(ledger_id: int, table: Any) -> list[tuple[int, int, int, int | None, bytes]]:
+    """Rows of an offloaded object as the local tier's range reads give them,
+    ``(ledger_id, entry_id, kind, txn sequence or None, payload)``, so a subscription
+    delivers both tiers by one path. The kind and txn columns convert by pyarrow
+    compute; an entry stored without its payload (its value columns hold it exactly)
+    gets one encoded from them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    count = table.num_rows
+    kinds = pc.index_in(table.column("kind"), value_set=pa.array(_KIND_ORDER)).to_pylist()
+    txns = pc.cast(pc.utf8_slice_codeunits(table.column("txn"), _TXN_PREFIX), pa.int64())
+    if "payload" in table.column_names:
+        payloads = table.column("payload").to_pylist()
+    else:
+        payloads = [None] * count
+    missing = [i for i, payload in enumerate(payloads) if payload is None]
+    if missing:
+        fields = _fields(table)
+        for i in missing:
+            key, value, properties, publish_ms = fields(i)
+            payloads[i] = encode_payload(key, encode_value(value), properties, publish_ms)
+    return list(
+        zip(
+            itertools.repeat(ledger_id),
+            table.column("entry_id").to_pylist(),
+            kinds,
+            txns.to_pylist(),
+            payloads,
+            strict=False,  # (the repeat is endless)
+        )
+    )
+
+
+def _fields(table: Any) -> Callable[[int], tuple[str | None, Any, dict[str, str], int]]:
+    """``(key, value, properties, publish_time ms)`` of row ``i`` from the value columns
+    (for entries offloaded without their payload)."""
     import pyarrow as pa
 
-    columns = table.column_names
-    entry_ids = table.column("entry_id").to_pylist()
-    kinds = table.column("kind").to_pylist()
-    txns = table.column("txn").to_pylist()
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
     texts = table.column("value_json").to_pylist()
     props = table.column("properties").to_pylist()
     publish = table.column("publish_time").cast(pa.int64()).to_pylist()
+
+    def fields(i: int) -> tuple[str | None, Any, dict[str, str], int]:
+        text = texts[i]
+        value = values[i] if text is None else json.loads(text)
+        return keys[i], value, dict(props[i]) if props[i] else {}, publish[i] // 1000
+
+    return fields
+
+
+def entries_of(ledger_id: int, table: Any) -> list[Entry]:
+    """Entries from rows of an offloaded object (as :func:`ledger_table` wrote them)."""
+    entry_ids = table.column("entry_id").to_pylist()
+    kinds = table.column("kind").to_pylist()
+    txns = table.column("txn").to_pylist()
+    columns = table.column_names
     payloads = table.column("payload").to_pylist() if "payload" in columns else [None] * len(kinds)
+    fields = _fields(table)
     out = []
     for i, entry_id in enumerate(entry_ids):
         txn = txns[i]
@@ -268,11 +318,7 @@ def entries_of(ledger_id: int, table: Any) -> list[Entry]:
         if payload is not None:
             key, value, properties, publish_ms = decode_payload(payload)
         else:
-            text = texts[i]
-            key = keys[i]
-            value = values[i] if text is None else json.loads(text)
-            properties = dict(props[i]) if props[i] else {}
-            publish_ms = publish[i] // 1000
+            key, value, properties, publish_ms = fields(i)
         out.append(
             Entry(
                 position=Position(ledger_id, entry_id),

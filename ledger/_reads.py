@@ -150,16 +150,36 @@ class LedgerReads(LedgerTiers):
 
     async def read_rows(self, start: Position, end: Position, limit: int) -> list[Row] | None:
         """:meth:`read` without decoding: ``(ledger_id, entry_id, kind, txn seq, payload)``
-        rows (a delivery batch decodes the payloads it keeps in one pass). None when the
-        range reaches the remote tier (or a ledger switched tiers meanwhile): use
-        :meth:`read` then."""
+        rows from either tier (a delivery batch decodes the payloads it keeps in one
+        pass). None when a ledger switched tiers meanwhile: use :meth:`read` then."""
         if end < start or limit <= 0:
             return []
-        if start.ledger_id <= self._remote_upto:
-            return None
         generation = self._tier_generation
-        rows = await self._select_range(start, end, limit)
+        if start.ledger_id > self._remote_upto:
+            rows: list[Row] | None = await self._select_range(start, end, limit)
+        else:
+            rows = await self._read_tiered_rows(start, end, limit)
         return rows if generation == self._tier_generation else None
+
+    async def _read_tiered_rows(
+        self, start: Position, end: Position, limit: int
+    ) -> list[Row] | None:
+        upto = self._remote_upto
+        spans = [
+            (info, _span(info, start, end))
+            for info in self._remote_between(start.ledger_id, end.ledger_id)
+        ]
+
+        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Row]:
+            lo, hi = span
+            hi = min(hi, lo + room - 1)
+            return remote.read_rows(info.ledger_id, _url(info), lo, hi) if lo <= hi else []
+
+        out: list[Row] = await self._remote_reads(spans, read, limit)
+        local = max(start, Position(upto + 1, 0))
+        if len(out) < limit and local <= end:
+            out += await self._select_range(local, end, limit - len(out))
+        return out
 
     async def _read_tiered(self, start: Position, end: Position, limit: int) -> list[Entry]:
         upto = self._remote_upto
