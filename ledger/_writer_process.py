@@ -123,13 +123,18 @@ class WriterProcess:
         flight. Raises :class:`EngineFailedError` if the child does not start.
         """
         argv = [sys.executable, "-I", _sqlwriter.__file__, str(db), synchronous]
-        proc = await asyncio.to_thread(
-            subprocess.Popen,
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            pass_fds=(lock_fd,),  # the lock lives until the child exits too
-        )
+        try:
+            proc = await asyncio.to_thread(
+                subprocess.Popen,
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                pass_fds=(lock_fd,),  # the lock lives until the child exits too
+            )
+        except OSError as exc:  # no interpreter at sys.executable (Python embedded in C)
+            raise EngineFailedError(
+                f"cannot start the writer process ({exc}); use writer='thread'"
+            ) from exc
         assert proc.stdin is not None
         assert proc.stdout is not None
         with contextlib.suppress(OSError):  # (a smaller pipe still works, just slower)

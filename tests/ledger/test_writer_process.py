@@ -197,3 +197,16 @@ def test_flushes_complete_in_submission_order(
             await store.close()
 
     asyncio.run(run())
+
+
+async def test_no_interpreter_to_start_fails_the_open_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that embeds Python has no interpreter at ``sys.executable``: the open
+    fails with a clear error and leaves the directory free for a thread writer."""
+    monkeypatch.setattr("sys.executable", str(tmp_path / "no-python"))
+    with pytest.raises(EngineFailedError, match="writer='thread'"):
+        await Store.open(tmp_path / "txnstream.db", writer_process=True)
+    monkeypatch.undo()
+    store = await Store.open(tmp_path / "txnstream.db")
+    await store.close()
