@@ -485,7 +485,21 @@ class Coordinator(TxnTable):
     # -- timeouts and housekeeping ---------------------------------------------------
 
     def _add_deadline(self, record: TxnRecord) -> None:
-        heapq.heappush(self._deadlines, (record.deadline_ms, record.txn_id.seq))
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._txns) + 1024:
+            # An ended transaction's entry stays until its deadline passes (removing it
+            # from the middle of the heap would cost more): at 2,500 txn/s and 60 s
+            # timeouts, 150,000 stale entries, ~20 MB. Once they outnumber every known
+            # transaction twice over, keep only the undecided ones (linear, amortized
+            # over the pushes since the last time).
+            txns = self._txns
+            deadlines[:] = [
+                entry
+                for entry in deadlines
+                if (known := txns.get(entry[1])) is not None and not known.state.is_ended
+            ]
+            heapq.heapify(deadlines)
+        heapq.heappush(deadlines, (record.deadline_ms, record.txn_id.seq))
         if self._deadlines[0][1] == record.txn_id.seq:
             self._deadline_changed.set()
 

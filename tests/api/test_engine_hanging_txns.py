@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import wait_until
 
-from api import Engine, TxnNotOpenError
+from api import Engine, EngineConfig, TxnNotOpenError
 
 
 async def test_info_carries_creation_deadline_timeout_and_reason(data_dir: Path) -> None:
@@ -83,3 +83,27 @@ async def _open_on(engine: Engine, count: int) -> bool:
 
 def _z(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def test_ended_transactions_leave_the_deadline_heap_and_timeouts_still_fire(
+    data_dir: Path,
+) -> None:
+    """A transaction's deadline stays queued after it ends (until the deadline passes):
+    many short transactions with a long timeout must not grow that queue without bound,
+    and a transaction left open among them still times out."""
+    async with Engine.open(data_dir, EngineConfig(default_txn_timeout=60.0)) as engine:
+        await engine.create_topic("t")
+        hanging = await engine.begin(timeout=1.0)
+        await hanging.send("t", b"left open")
+        for n in range(5000):
+            txn = await engine.begin()
+            await txn.send("t", n)
+            await (txn.abort() if n % 4 == 3 else txn.commit())
+        table = engine.coordinator
+        assert len(table._deadlines) <= 2 * len(table._txns) + 1025
+        assert len(table._deadlines) < 5000 / 2
+
+        async def timed_out() -> bool:
+            return (await engine.get_transaction(hanging.id)).state == "aborted"
+
+        await wait_until(timed_out, 15, "the open transaction to time out")
