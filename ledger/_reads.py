@@ -6,9 +6,9 @@ the remote tier read its objects in a worker thread (see :mod:`ledger._tiers`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
@@ -26,6 +26,8 @@ _SELECT_META = (
     " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT ?"
 )
 
+
+_T = TypeVar("_T")
 
 Row = tuple[int, int, int, "int | None", bytes]
 """A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""
@@ -161,42 +163,37 @@ class LedgerReads(LedgerTiers):
             rows = await self._read_tiered_rows(start, end, limit)
         return rows if generation == self._tier_generation else None
 
-    async def _read_tiered_rows(
-        self, start: Position, end: Position, limit: int
-    ) -> list[Row] | None:
-        upto = self._remote_upto
-        spans = [
-            (info, _span(info, start, end))
-            for info in self._remote_between(start.ledger_id, end.ledger_id)
-        ]
-
-        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Row]:
-            lo, hi = span
-            hi = min(hi, lo + room - 1)
-            return remote.read_rows(info.ledger_id, _url(info), lo, hi) if lo <= hi else []
-
-        out: list[Row] = await self._remote_reads(spans, read, limit)
-        local = max(start, Position(upto + 1, 0))
-        if len(out) < limit and local <= end:
-            out += await self._select_range(local, end, limit - len(out))
-        return out
+    async def _read_tiered_rows(self, start: Position, end: Position, limit: int) -> list[Row]:
+        return await self._tiered(start, end, limit, OffloadStore.read_rows, self._select_range)
 
     async def _read_tiered(self, start: Position, end: Position, limit: int) -> list[Entry]:
+        return await self._tiered(start, end, limit, OffloadStore.read_entries, self._read_local)
+
+    async def _tiered(
+        self,
+        start: Position,
+        end: Position,
+        limit: int,
+        read_remote: Callable[[OffloadStore, int, str, int, int], list[_T]],
+        read_local: Callable[[Position, Position, int], Awaitable[list[_T]]],
+    ) -> list[_T]:
+        """A range over both tiers: ``read_remote(store, ledger_id, url, lo, hi)`` for
+        each offloaded ledger in it (one worker thread), then ``read_local``."""
         upto = self._remote_upto
         spans = [
             (info, _span(info, start, end))
             for info in self._remote_between(start.ledger_id, end.ledger_id)
         ]
 
-        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[Entry]:
+        def read(remote: OffloadStore, info: LedgerInfo, span: Any, room: int) -> list[_T]:
             lo, hi = span
             hi = min(hi, lo + room - 1)
-            return remote.read_entries(info.ledger_id, _url(info), lo, hi) if lo <= hi else []
+            return read_remote(remote, info.ledger_id, _url(info), lo, hi) if lo <= hi else []
 
-        out: list[Entry] = await self._remote_reads(spans, read, limit)
+        out: list[_T] = await self._remote_reads(spans, read, limit)
         local = max(start, Position(upto + 1, 0))
         if len(out) < limit and local <= end:
-            out += await self._read_local(local, end, limit - len(out))
+            out += await read_local(local, end, limit - len(out))
         return out
 
     async def read_positions(self, positions: Sequence[Position]) -> list[Entry]:
