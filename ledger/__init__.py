@@ -50,9 +50,9 @@ from ._errors import (
 from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
 from ._offload import OffloadStore, normalize_url, sidecar_url
-from ._parquet import AbortedIndexRow, OffloadedObject, json_text, split_value
+from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
 from ._position import Position
-from ._reads import EntryMeta, Row, decode_row
+from ._reads import EntryMeta, decode_row
 from ._schema import DB_FILE
 from ._store import Store, WriteBatch
 from ._tiers import LedgerInfo

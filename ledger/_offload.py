@@ -60,6 +60,7 @@ from ._parquet import (
     MetaRow,
     OffloadedObject,
     RawRow,
+    Row,
     _parquet_bytes,
     _row_group_rows,
     _sidecar_rows,
@@ -308,9 +309,7 @@ class OffloadStore:
         table = self._rows(url, lo, hi)
         return entries_of(ledger_id, table)
 
-    def read_rows(
-        self, ledger_id: int, url: str, lo: int, hi: int
-    ) -> list[tuple[int, int, int, int | None, bytes]]:
+    def read_rows(self, ledger_id: int, url: str, lo: int, hi: int) -> list[Row]:
         """:meth:`read_entries` as raw rows (see :func:`rows_of`)."""
         return rows_of(ledger_id, self._rows(url, lo, hi))
 

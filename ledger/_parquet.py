@@ -51,6 +51,8 @@ SPARK_COLUMNS = (
 )
 """The Spark source's columns, which every offloaded object starts with."""
 
+Row = tuple[int, int, int, "int | None", bytes]
+"""A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""
 RawRow = tuple[int, int, int | None, bytes]
 """``(entry_id, kind, txn sequence or None, payload)`` of one stored entry."""
 MetaRow = tuple[int, EntryKind, int | None]
@@ -250,7 +252,7 @@ def _parquet_bytes(table: Any, row_group_rows: int) -> Any:
     return sink.getvalue()
 
 
-def rows_of(ledger_id: int, table: Any) -> list[tuple[int, int, int, int | None, bytes]]:
+def rows_of(ledger_id: int, table: Any) -> list[Row]:
     """Rows of an offloaded object as the local tier's range reads give them,
     ``(ledger_id, entry_id, kind, txn sequence or None, payload)``, so a subscription
     delivers both tiers by one path. The kind and txn columns convert by pyarrow

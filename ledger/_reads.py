@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
 from ._offload import OffloadStore
+from ._parquet import Row
 from ._position import Position
 from ._tiers import LedgerInfo, LedgerTiers, _span, _url
 
@@ -28,9 +29,6 @@ _SELECT_META = (
 
 
 _T = TypeVar("_T")
-
-Row = tuple[int, int, int, "int | None", bytes]
-"""A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,18 +78,19 @@ class _Replies(asyncio.Protocol):
         buffer = self._buffer
         buffer += data
         while buffer:
-            if buffer[:1] == OK:
+            kind = buffer[:1]
+            if kind == OK:
                 del buffer[:1]
                 self._owner._replied(None)
                 continue
-            if len(buffer) < 1 + HEADER.size:
+            if kind != FAILED:
+                self._owner._lost(f"sent a malformed reply ({bytes(buffer[:16])!r})")
+                buffer.clear()
                 return
-            size = HEADER.unpack_from(buffer, 1)[0]
-            end = 1 + HEADER.size + size
-            if buffer[:1] != FAILED or len(buffer) < end:
-                if buffer[:1] != FAILED:
-                    self._owner._lost(f"sent a malformed reply ({bytes(buffer[:16])!r})")
-                    buffer.clear()
+            if len(buffer) < 1 + HEADER.size:
+                return  # the rest of the failure comes with the next read
+            end = 1 + HEADER.size + HEADER.unpack_from(buffer, 1)[0]
+            if len(buffer) < end:
                 return
             name, message, errno = msgpack.unpackb(bytes(buffer[1 + HEADER.size : end]))
             del buffer[:end]
