@@ -429,7 +429,7 @@ class Store:
             loop.call_soon(self._hopped, None)  # only callbacks or waiters: nothing to write
             return
         if self._process is not None:
-            self._process.apply(statements)
+            self._process.apply(statements, batch.bytes)
             return
         writer = self._writer
         assert writer is not None

@@ -210,3 +210,19 @@ async def test_no_interpreter_to_start_fails_the_open_clearly(
     monkeypatch.undo()
     store = await Store.open(tmp_path / "txnstream.db")
     await store.close()
+
+
+async def test_a_large_flush_is_packed_off_the_loop_and_stored_whole(tmp_path: Path) -> None:
+    """Past 1 MiB of payloads a flush is packed in a worker thread: what is stored and
+    its order are the same."""
+    values = [bytes([n % 251]) * 8192 for n in range(300)]  # ~2.4 MB in one flush
+    config = EngineConfig(writer="process")
+    async with Engine.open(tmp_path / "data", config) as engine:
+        await engine.create_topic("t")
+        positions = await engine.send_many("t", values)
+        after = await engine.send("t", b"after")
+    async with Engine.open(tmp_path / "data", config) as engine:
+        sub = await engine.subscribe("t", "all", initial_position="earliest")
+        got = await drain(sub, idle=0.2, limit=30)
+    assert [m.value for m in got] == [*values, b"after"]
+    assert [m.position for m in got] == [*positions, after]
