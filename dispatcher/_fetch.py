@@ -107,7 +107,7 @@ async def fetch(
         if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
             since = remote_index.get(txn_id) if remote_index else None
             if since is None:
-                info = buffer.aborted_txns.get(txn_id)
+                info = buffer.find_aborted(txn_id, entry.position)
                 since = None if info is None else info.first
             if since is not None:
                 aborted[txn_id] = since

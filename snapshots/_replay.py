@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 
 from ledger import ManagedLedger, Position, SnapshotError
-from txn_buffer import AbortedRow, TxnBuffer
+from txn_buffer import AbortedRow, AbortedSet, TxnBuffer
 
 from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
 
@@ -65,7 +65,7 @@ async def load_snapshot(
     last_durable = _last_durable(ledger)
     if snapshot.position is not None and (last_durable is None or snapshot.position > last_durable):
         raise SnapshotError(f"snapshot {snapshot_id} is ahead of the log ({snapshot.position})")
-    aborted: list[AbortedRow] = []
+    aborted = AbortedSet()
     if snapshot.segments:
         ids = ",".join(str(ref.segment_id) for ref in snapshot.segments)
         rows = await ledger.store.read(
@@ -76,11 +76,18 @@ async def load_snapshot(
         by_id = dict(rows)
         deadline = time.perf_counter() + _DECODE_STEP
         for ref in snapshot.segments:
-            aborted.extend(_load_segment(ref, by_id.pop(ref.segment_id, None)))
+            segment = _load_segment(ref, by_id.pop(ref.segment_id, None))
+            try:
+                aborted.extend(segment)  # one array pass a segment, with the loop free between
+            except ValueError as exc:
+                raise SnapshotError(f"segment {ref.segment_id}: {exc}") from exc
             if time.perf_counter() >= deadline:
                 await asyncio.sleep(0)  # many segments: let the loop breathe
                 deadline = time.perf_counter() + _DECODE_STEP
-    aborted.extend(snapshot.tail)
+    try:
+        aborted.extend(snapshot.tail)
+    except ValueError as exc:
+        raise SnapshotError(f"snapshot {snapshot_id}: {exc}") from exc
     buffer = TxnBuffer()
     buffer.restore(
         last_confirmed=snapshot.position,

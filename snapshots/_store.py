@@ -144,11 +144,8 @@ class _Sealed:
 
 def _unsealed(buffer: TxnBuffer, sealed_upto: Position | None) -> Iterator[AbortedRow]:
     """The aborted transactions after the newest sealed one, in marker order."""
-    aborted = buffer.aborted_by_marker
-    if sealed_upto is None or not aborted:
-        return iter(aborted)
-    key = (sealed_upto.ledger_id, sealed_upto.entry_id)
-    return iter(aborted.irange_key(min_key=key, inclusive=(False, True)))
+    aborted = buffer.aborted
+    return aborted.rows_from(aborted.rank_after(sealed_upto))
 
 
 def _seal(unsealed: Iterator[AbortedRow], deadline: float | None) -> list[_Sealed]:

@@ -3,7 +3,8 @@
 Also :class:`CommittedReader`, the same committed view read from a data directory's file.
 """
 
-from ._buffer import AbortedRow, AbortedTxn, OpenTxn, TxnBuffer
+from ._aborted import AbortedRow, AbortedSet
+from ._buffer import AbortedTxn, OpenTxn, TxnBuffer
 from ._committed_reader import CommittedReader, CommittedView, DataRow, OffloadedLedger
 from ._coordinator import Coordinator
 from ._records import (
@@ -19,6 +20,7 @@ from ._topic import ProducerState, Topic, TopicLane
 
 __all__ = [
     "AbortedRow",
+    "AbortedSet",
     "AbortedTxn",
     "AckParticipant",
     "CommittedReader",

@@ -17,13 +17,16 @@ restored from a snapshot taken at ``p`` followed by replay of the entries after 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, KeysView, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedList
 
 from ledger import EntryKind, Position, TxnId
+
+from ._aborted import AbortedRow, AbortedSet
 
 
 @dataclass(slots=True)
@@ -41,10 +44,8 @@ class AbortedTxn(tuple):  # type: ignore[type-arg]
 
     ``AbortedTxn(txn_id, first, last, marker, stable)``; read-only. One tuple of plain
     ints (sequence, then each position's ledger and entry); the fields are made when
-    read. The buffer itself retains a *plain* tuple of the same ints (an :data:`AbortedRow`)
-    and wraps it on the way out: the collector untracks exact tuples of ints, never a
-    tuple subclass, and a million tracked objects make every full collection cost
-    ~200 ms of event loop.
+    read. The buffer retains the same ints in an :class:`AbortedSet` and makes one of
+    these on the way out.
     """
 
     __slots__ = ()
@@ -95,10 +96,6 @@ class AbortedTxn(tuple):  # type: ignore[type-arg]
 
 _new_tuple = tuple.__new__
 
-AbortedRow = tuple[int, int, int, int, int, int, int, int | None, int | None]
-"""How the buffer retains an aborted transaction: :class:`AbortedTxn`'s ints, as an
-exact tuple (which the garbage collector stops tracking)."""
-
 
 def _row(
     txn_id: TxnId, first: Position, last: Position, marker: Position, stable: Position | None
@@ -121,51 +118,58 @@ def _wrap(row: AbortedRow) -> AbortedTxn:
     return aborted
 
 
-def _marker_key(aborted: AbortedRow) -> tuple[int | None, int | None]:
-    return (aborted[5], aborted[6])
-
-
 def _key(position: Position) -> tuple[int, int]:
     return (position.ledger_id, position.entry_id)
 
 
 class _AbortedView(Mapping[TxnId, AbortedTxn]):
-    """The retained aborted transactions by :class:`TxnId` (a read-only view of the
-    buffer's table, which is keyed by sequence number)."""
+    """The retained aborted transactions by :class:`TxnId`, in marker order (a read-only
+    view of the buffer's :class:`AbortedSet`). A lookup by id scans for the row (~17 ms
+    a million): :meth:`TxnBuffer.find_aborted` takes a hint; iteration does not look up."""
 
-    __slots__ = ("_by_seq",)
+    __slots__ = ("_set",)
 
-    def __init__(self, by_seq: dict[int, AbortedRow]) -> None:
-        self._by_seq = by_seq
+    def __init__(self, aborted: AbortedSet) -> None:
+        self._set = aborted
 
     def __getitem__(self, txn_id: TxnId) -> AbortedTxn:
-        return _wrap(self._by_seq[txn_id.seq])
+        row = self._set.find(txn_id.seq) if isinstance(txn_id, TxnId) else None
+        if row is None:
+            raise KeyError(txn_id)
+        return _wrap(row)
 
     def __contains__(self, txn_id: object) -> bool:
-        return isinstance(txn_id, TxnId) and txn_id.seq in self._by_seq
+        return isinstance(txn_id, TxnId) and txn_id.seq in self._set.seqs
 
     def __iter__(self) -> Iterator[TxnId]:
-        return map(TxnId, self._by_seq)
+        return (TxnId(row[0]) for row in self._set)
 
     def __len__(self) -> int:
-        return len(self._by_seq)
+        return len(self._set)
+
+    def items(self) -> ItemsView[TxnId, AbortedTxn]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[AbortedTxn]:
+        return _Values(self)
 
 
-class _AbortedTable(dict[int, AbortedRow]):
-    """The aborted rows by sequence number: a dict the collector never untracks.
+class _Items(ItemsView[TxnId, AbortedTxn]):
+    _mapping: _AbortedView
 
-    CPython untracks an exact dict whose values it finds untracked (ours are exact
-    tuples of ints) at a full collection, and tracks it again, as a *new* object, the
-    moment a fresh tuple is put in: a million-entry table then sits in the youngest
-    generation and every young collection walks it (35 ms each, measured) until it ages
-    out, again after each abort. A subclass is never untracked, so it stays where it is
-    (old, or frozen with the recovered state).
-    """
+    def __iter__(self) -> Iterator[tuple[TxnId, AbortedTxn]]:
+        return ((TxnId(row[0]), _wrap(row)) for row in self._mapping._set)
 
-    __slots__ = ()
+
+class _Values(ValuesView[AbortedTxn]):
+    _mapping: _AbortedView
+
+    def __iter__(self) -> Iterator[AbortedTxn]:
+        return map(_wrap, self._mapping._set)
 
 
 _NONE_YET: Any = ()  # an empty sorted container until the first add (see TxnBuffer)
+_NO_ABORTS = AbortedSet()  # every buffer's until its first abort: never added to
 
 
 class TxnBuffer:
@@ -173,13 +177,11 @@ class TxnBuffer:
 
     def __init__(self) -> None:
         self._ongoing: dict[TxnId, OpenTxn] = {}
-        # (first position, txn id) and the aborted rows by marker. Both start as the
-        # empty tuple and become sorted containers at their first add: a sorted
-        # container is five or six objects for the collector, and most of 10,000 topics
-        # never see a transaction or an abort.
+        # (first position, txn id): the empty tuple until the first add, then a sorted
+        # container (five or six objects for the collector; most of 10,000 topics never
+        # see a transaction). The aborted set is a shared empty one until the first abort.
         self._ongoing_order: SortedList = _NONE_YET
-        self._aborted: dict[int, AbortedRow] = _AbortedTable()  # by transaction seq
-        self._aborted_by_marker: SortedKeyList = _NONE_YET
+        self._aborted = _NO_ABORTS
         self.last_confirmed: Position | None = None
         self.max_read_position: Position | None = None
 
@@ -194,7 +196,7 @@ class TxnBuffer:
                 open_txn = self._ongoing.get(txn_id)
                 if open_txn is not None:
                     open_txn.last = position
-                elif txn_id.seq not in self._aborted:
+                elif txn_id.seq not in self._aborted.seqs:
                     self._ongoing[txn_id] = OpenTxn(position, self.last_confirmed, position)
                     self._order().add((position, txn_id))
             else:
@@ -202,11 +204,17 @@ class TxnBuffer:
                 if open_txn is not None:
                     self._ongoing_order.remove((open_txn.first, txn_id))
                     if kind is EntryKind.ABORT:
-                        aborted = _row(
-                            txn_id, open_txn.first, open_txn.last, position, self.max_read_position
+                        if self._aborted is _NO_ABORTS:
+                            self._aborted = AbortedSet()
+                        self._aborted.append(
+                            _row(
+                                txn_id,
+                                open_txn.first,
+                                open_txn.last,
+                                position,
+                                self.max_read_position,
+                            )
                         )
-                        self._aborted[txn_id.seq] = aborted
-                        self._by_marker().add(aborted)
         self.last_confirmed = position
         if self._ongoing_order:
             _, oldest = self._ongoing_order[0]
@@ -233,7 +241,7 @@ class TxnBuffer:
             open_txn = self._ongoing.get(txn_id)
             if open_txn is not None:
                 open_txn.last = last
-            elif txn_id.seq not in self._aborted:
+            elif txn_id.seq not in self._aborted.seqs:
                 self._ongoing[txn_id] = OpenTxn(first, self.last_confirmed, last)
                 self._order().add((first, txn_id))
         self.last_confirmed = last
@@ -247,13 +255,13 @@ class TxnBuffer:
 
     def is_aborted(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` aborted with data on this topic (O(1))."""
-        return txn_id.seq in self._aborted
+        return txn_id.seq in self._aborted.seqs
 
     @property
-    def aborted_seqs(self) -> KeysView[int]:
+    def aborted_seqs(self) -> AbstractSet[int]:
         """Sequence numbers of the retained aborted transactions: a reader tests raw
         rows' ``txn`` column against it without making a :class:`TxnId`."""
-        return self._aborted.keys()
+        return self._aborted.seqs
 
     def is_open(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` has durable data here and no marker yet."""
@@ -266,8 +274,15 @@ class TxnBuffer:
 
     @property
     def aborted_txns(self) -> Mapping[TxnId, AbortedTxn]:
-        """Retained aborted transactions (a read-only view)."""
+        """Retained aborted transactions, in marker order (a read-only view)."""
         return _AbortedView(self._aborted)
+
+    def find_aborted(self, txn_id: TxnId, seen_at: Position | None = None) -> AbortedTxn | None:
+        """The retained aborted transaction ``txn_id``, or None. ``seen_at``, one of its
+        data entries' positions, starts the search at its marker's neighbourhood (a
+        reader that met the entry has it)."""
+        row = self._aborted.find(txn_id.seq, seen_at)
+        return None if row is None else _wrap(row)
 
     def oldest_open(self) -> TxnId | None:
         """The open transaction whose first entry holds ``max_read_position``, if any."""
@@ -283,36 +298,31 @@ class TxnBuffer:
         A transaction's ABORT marker always follows its data, so only markers at or after
         ``start`` can qualify; cost O(aborted transactions with a marker after ``start``).
         """
-        if not self._aborted_by_marker:
+        aborted = self._aborted
+        if not aborted:
             return []
         lo, hi = _key(start), _key(end)
         return [
-            _wrap(aborted)
-            for aborted in self._aborted_by_marker.irange_key(min_key=lo)
-            if (aborted[1], aborted[2]) <= hi and (aborted[3], aborted[4]) >= lo
+            _wrap(row)
+            for row in aborted.rows_from(aborted.rank_at(start))
+            if (row[1], row[2]) <= hi and (row[3], row[4]) >= lo
         ]
 
     @property
-    def aborted_by_marker(self) -> SortedKeyList:
-        """Retained aborted transactions ordered by ABORT marker, as :data:`AbortedRow`
-        tuples (do not mutate; an empty tuple until the first abort)."""
-        return self._aborted_by_marker
+    def aborted(self) -> AbortedSet:
+        """Retained aborted transactions in marker order, as :data:`AbortedRow` tuples
+        (do not mutate)."""
+        return self._aborted
 
     def iter_aborted(self) -> Iterator[AbortedTxn]:
         """Every retained aborted transaction, in marker order."""
-        return map(_wrap, self._aborted_by_marker)
+        return map(_wrap, self._aborted)
 
     def _order(self) -> SortedList:
         order = self._ongoing_order
         if order is _NONE_YET:
             order = self._ongoing_order = SortedList()
         return order
-
-    def _by_marker(self) -> SortedKeyList:
-        by_marker = self._aborted_by_marker
-        if by_marker is _NONE_YET:
-            by_marker = self._aborted_by_marker = SortedKeyList(key=_marker_key)
-        return by_marker
 
     # -- maintenance ---------------------------------------------------------------
 
@@ -321,17 +331,9 @@ class TxnBuffer:
 
         Aborted transactions whose data all lies before it are dropped; one whose data
         starts before it starts at it now (what a replay from ``position`` would see).
+        Returns how many were dropped.
         """
-        at = _key(position)
-        gone = [a for a in self._aborted_by_marker if (a[1], a[2]) < at]
-        for aborted in gone:
-            self._aborted_by_marker.remove(aborted)
-            del self._aborted[aborted[0]]
-            if (aborted[3], aborted[4]) >= at:
-                clamped = (aborted[0], *at, *aborted[3:])
-                self._aborted[aborted[0]] = clamped
-                self._aborted_by_marker.add(clamped)
-        return sum(1 for a in gone if (a[3], a[4]) < at)
+        return self._aborted.prune_before(position)
 
     def restore(
         self,
@@ -339,37 +341,38 @@ class TxnBuffer:
         last_confirmed: Position | None,
         max_read_position: Position | None,
         ongoing: dict[TxnId, OpenTxn],
-        aborted: Sequence[AbortedRow],
+        aborted: Sequence[AbortedRow] | AbortedSet,
     ) -> None:
-        """Load state taken from a snapshot (replay continues after it); ``aborted`` may
-        hold :class:`AbortedTxn` values or plain :data:`AbortedRow` tuples."""
-        aborted = [a if type(a) is tuple else cast(AbortedRow, tuple(a)) for a in aborted]
+        """Load state taken from a snapshot (replay continues after it). ``aborted``, in
+        marker order, is an :class:`AbortedSet` (taken over, not copied) or rows: plain
+        :data:`AbortedRow` tuples or :class:`AbortedTxn` values. Raises
+        :class:`ValueError` for malformed rows."""
+        if not isinstance(aborted, AbortedSet):
+            aborted = AbortedSet(aborted)
         self.last_confirmed = last_confirmed
         self.max_read_position = max_read_position
         self._ongoing = dict(ongoing)
         self._ongoing_order = (
             SortedList((o.first, t) for t, o in ongoing.items()) if ongoing else _NONE_YET
         )
-        self._aborted = _AbortedTable((a[0], a) for a in aborted)
-        self._aborted_by_marker = SortedKeyList(aborted, key=_marker_key) if aborted else _NONE_YET
+        self._aborted = aborted if aborted else _NO_ABORTS
 
     def _check(self) -> None:
         """Assert the buffer's invariants (tests call it after every step)."""
         assert len(self._ongoing) == len(self._ongoing_order)
-        assert len(self._aborted) == len(self._aborted_by_marker)
+        self._aborted._check()
         for first, txn_id in self._ongoing_order:
             open_txn = self._ongoing[txn_id]
             assert open_txn.first == first <= open_txn.last
             assert self.last_confirmed is not None
             assert open_txn.last <= self.last_confirmed
             assert self.max_read_position is None or self.max_read_position < first
-            assert txn_id.seq not in self._aborted
+            assert txn_id.seq not in self._aborted.seqs
         if not self._ongoing:
             assert self.max_read_position == self.last_confirmed
         elif self.max_read_position is not None:
             assert self.last_confirmed is not None
             assert self.max_read_position <= self.last_confirmed
-        for row in self._aborted.values():
-            assert type(row) is tuple
+        for row in self._aborted:
             aborted = _wrap(row)
             assert aborted.first <= aborted.last < aborted.marker

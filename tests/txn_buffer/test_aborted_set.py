@@ -1,0 +1,94 @@
+"""The aborted set's compact storage against a plain list of rows."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import Position
+from txn_buffer import AbortedRow, AbortedSet
+
+LEDGER = 5  # entries per ledger in these positions
+
+
+def _at(n: int) -> tuple[int, int]:
+    return (n // LEDGER, n % LEDGER)
+
+
+@st.composite
+def aborted_rows(draw: st.DrawFn) -> list[AbortedRow]:
+    """Rows in marker order, as a buffer makes them: each transaction's data (first <=
+    last) lies before its marker; sequence numbers are unique but not in marker order."""
+    count = draw(st.integers(0, 25))
+    seqs = draw(st.lists(st.integers(0, 2**40), min_size=count, max_size=count, unique=True))
+    rows: list[AbortedRow] = []
+    marker = 0
+    for seq in seqs:
+        marker += draw(st.integers(1, 6))
+        first = draw(st.integers(0, marker - 1))
+        last = draw(st.integers(first, marker - 1))
+        stable = draw(st.none() | st.integers(0, marker - 1))
+        hint = (None, None) if stable is None else _at(stable)
+        rows.append((seq, *_at(first), *_at(last), *_at(marker), *hint))
+    return rows
+
+
+def _pruned(rows: list[AbortedRow], at: tuple[int, int]) -> tuple[list[AbortedRow], int]:
+    """The definition: a row whose data all lies before ``at`` goes; one whose data
+    starts before it starts at it."""
+    kept = []
+    for row in rows:
+        if (row[3], row[4]) < at:
+            continue
+        kept.append(row if (row[1], row[2]) >= at else (row[0], *at, *row[3:]))
+    return kept, len(rows) - len(kept)
+
+
+@given(aborted_rows(), st.integers(0, 6), st.integers(0, 200))
+def test_rows_come_back_as_they_went_in_and_prune_follows_the_definition(
+    rows: list[AbortedRow], split: int, cut: int
+) -> None:
+    aborted = AbortedSet(rows[:split])
+    for row in rows[split:]:
+        aborted.append(row)
+    aborted._check()
+    assert list(aborted) == rows
+    assert len(aborted) == len(rows)
+    assert aborted.seqs == {row[0] for row in rows}
+    for row in rows:  # found by id, from the start or from one of its data positions
+        assert aborted.find(row[0]) == row
+        assert aborted.find(row[0], Position(row[3], row[4])) == row
+    assert aborted.find(2**41) is None
+    position = Position(*_at(cut))
+    ranked = [r for r in rows if (r[5], r[6]) >= position]
+    assert list(aborted.rows_from(aborted.rank_at(position))) == ranked
+    after = [r for r in rows if (r[5], r[6]) > position]
+    assert list(aborted.rows_from(aborted.rank_after(position))) == after
+    expected, gone = _pruned(rows, tuple(position))
+    assert aborted.prune_before(position) == gone
+    aborted._check()
+    assert list(aborted) == expected
+    assert aborted.seqs == {row[0] for row in expected}
+
+
+@given(aborted_rows())
+def test_malformed_rows_are_refused_and_change_nothing(rows: list[AbortedRow]) -> None:
+    aborted = AbortedSet(rows)
+    marker = (rows[-1][5], rows[-1][6]) if rows else (0, 0)
+    ahead = (2**41, 0, 0, 0, 0, marker[0] + 1, 0, None, None)
+    bad: list[tuple[list[AbortedRow], str]] = [
+        ([ahead, (2**42, 0, 0, 0, 0, marker[0] + 1, 0, None, None)], "marker order"),
+        ([ahead, (2**41, 0, 0, 0, 0, marker[0] + 2, 0, None, None)], "twice"),
+        ([ahead[:8]], "holds 9 integers"),  # type: ignore[list-item]
+        ([(2**41, 0, 0, 0, 0, marker[0] + 1, 0, "x", None)], "malformed"),  # type: ignore[list-item]
+        ([(2**64, 0, 0, 0, 0, marker[0] + 1, 0, None, None)], "malformed"),
+    ]
+    if rows:
+        bad.append(([(*rows[-1][:5], marker[0] + 1, 0, None, None)], "twice"))  # type: ignore[list-item]
+        bad.append(([(2**41, 0, 0, 0, 0, *marker, None, None)], "marker order"))
+    for more, message in bad:
+        with pytest.raises(ValueError, match=message):
+            aborted.extend(more)
+        aborted._check()
+        assert list(aborted) == rows
