@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import zlib
 from pathlib import Path
 
 import pytest
 
+import snapshots._model as snapshot_model
 import snapshots._store as snapshot_store
 from api import Engine, EngineConfig, Position
 from api._engine import DB_FILE
+from ledger import pack, unpack
 from snapshots import full_replay
 from txn_buffer import TxnBuffer
 
@@ -68,6 +71,49 @@ async def test_recovery_from_sealed_segments_equals_full_replay(
         assert stats["recovery"]["entries_replayed"] == 0
         assert stats["aborted_txns"] == 21
         assert stats["open_txns"] == 1
+        await _assert_equivalent(engine)
+
+
+def _seal_v1(body: object) -> bytes:
+    """What format 1 wrote: the msgpack body as is."""
+    payload = pack(body)
+    return pack([1, zlib.crc32(payload), payload])
+
+
+def _versions(data_dir: Path) -> set[int]:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        blobs = conn.execute(
+            "SELECT data FROM snapshots UNION ALL SELECT data FROM snapshot_segments"
+        ).fetchall()
+    return {unpack(blob)[0] for (blob,) in blobs}
+
+
+async def test_snapshots_of_format_1_are_still_recovered_from(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data directory written before format 2 (compressed) recovers from its snapshots
+    and segments, and its next snapshots, in format 2, are recovered from too."""
+    monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
+    with monkeypatch.context() as old:
+        old.setattr(snapshot_store, "seal", _seal_v1)
+        old.setattr(snapshot_model, "seal", _seal_v1)
+        async with Engine.open(data_dir, QUIET) as engine:
+            await _history(engine, 300)  # an index over 512 bytes: compressed in format 2
+            await engine.take_snapshot("t")
+            expected = _state(engine._topics["t"].buffer)
+    assert _versions(data_dir) == {1}
+    async with Engine.open(data_dir, QUIET) as engine:
+        stats = await engine.stats("t")
+        assert stats["recovery"]["from_snapshot"] is True
+        assert stats["recovery"]["entries_replayed"] == 0
+        assert _state(engine._topics["t"].buffer) == expected
+        await engine.send("t", "after")
+        await engine.take_snapshot("t")
+        expected = _state(engine._topics["t"].buffer)
+    assert _versions(data_dir) == {1, 2}  # format 1 segments stay, named by a format 2 index
+    async with Engine.open(data_dir, QUIET) as engine:
+        assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
+        assert _state(engine._topics["t"].buffer) == expected
         await _assert_equivalent(engine)
 
 
