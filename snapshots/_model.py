@@ -9,11 +9,16 @@ sequence) are sealed into immutable segments of :data:`SEGMENT_SIZE`; a snapshot
 only the index of sealed segments plus the unsealed tail, so a periodic snapshot writes
 O(segment size + segments) bytes however many aborted transactions are retained.
 
-Format versions, per record: 1 stores the msgpack body as is; 2 stores it compressed
-with zlib at level 1, which more than halves a large snapshot or segment (positions,
-counters and sequence numbers repeat their high bytes) for ~0.4 ms per 50 KB. A body
-under :data:`_COMPRESS_FROM` bytes, or one that does not shrink, is still written as 1.
-Both are read.
+Format versions, per record (both are read; 2 is written):
+
+1. the msgpack body as is; an aborted transaction is ``[seq, [l, e] first, [l, e] last,
+   [l, e] marker, [l, e] or nil stable]``, a segment reference ``[id, count, crc,
+   [l, e] last marker, [l, e] max last]``;
+2. the body compressed with zlib at level 1, which more than halves a large snapshot or
+   segment (positions, counters and sequence numbers repeat their high bytes) for ~0.4 ms
+   per 50 KB; an aborted transaction is its nine integers flat (the buffer's
+   :data:`~txn_buffer.AbortedRow`, packed as is), a segment reference ``[id, count, crc,
+   l, e, l, e]``.
 """
 
 from __future__ import annotations
@@ -27,9 +32,7 @@ from txn_buffer import AbortedRow, OpenTxn
 
 FORMAT_VERSION = 2
 SEGMENT_SIZE = 1024
-_READABLE = (1, 2)
 _LEVEL = 1  # zlib's fastest: level 6 saves ~3% more at five times the time
-_COMPRESS_FROM = 512  # bytes of body: below, zlib's header outweighs what it saves
 
 
 def _pos(position: Position | None) -> list[int] | None:
@@ -46,20 +49,17 @@ def _req(value: list[int] | None) -> Position:
     return Position(value[0], value[1])
 
 
-def encode_aborted(aborted: AbortedRow) -> list[Any]:
-    """One aborted transaction as a compact list."""
-    seq, fl, fe, ll, le, ml, me, sl, se = aborted
-    return [seq, [fl, fe], [ll, le], [ml, me], None if sl is None else [sl, se]]
-
-
-def decode_aborted_many(items: list[list[Any]]) -> list[AbortedRow]:
-    """Inverse of :func:`encode_aborted` for a whole segment, in one comprehension, as
-    the plain rows the buffer retains."""
+def decode_aborted_many(items: list[list[Any]], version: int) -> list[AbortedRow]:
+    """A segment's or tail's aborted transactions, in format ``version``, as the plain
+    rows the buffer retains (the buffer checks they are integers in marker order)."""
     try:
-        out = [
-            (seq, *first, *last, *marker, *(_NO_POSITION if stable is None else stable))
-            for seq, first, last, marker, stable in items
-        ]
+        if version == 1:
+            out = [
+                (seq, *first, *last, *marker, *(_NO_POSITION if stable is None else stable))
+                for seq, first, last, marker, stable in items
+            ]
+        else:
+            out = list(map(tuple, items))
     except (TypeError, ValueError) as exc:
         raise SnapshotError(f"malformed aborted transaction: {exc}") from exc
     if out and set(map(len, out)) != {9}:
@@ -71,35 +71,25 @@ _NO_POSITION = (None, None)
 
 
 def seal(body: Any) -> bytes:
-    """Wrap a msgpack-able body with its format version and a CRC32 of what is stored:
-    compressed (format 2) when that makes it smaller."""
-    payload, version = pack(body), 1
-    if len(payload) >= _COMPRESS_FROM:
-        compressed = zlib.compress(payload, _LEVEL)
-        if len(compressed) < len(payload):
-            payload, version = compressed, FORMAT_VERSION
-    return pack([version, zlib.crc32(payload), payload])
+    """Compress a msgpack-able body laid out in format 2, and wrap it with the version
+    and a CRC32 of what is stored."""
+    payload = zlib.compress(pack(body), _LEVEL)
+    return pack([FORMAT_VERSION, zlib.crc32(payload), payload])
 
 
-def unseal(data: bytes) -> Any:
-    """Check version and checksum; raises :class:`SnapshotError` on any damage."""
-    return _unseal(data)[1]
-
-
-def _unseal(data: bytes) -> tuple[int, Any]:
-    """(format version, body) of a sealed record."""
+def unseal(data: bytes) -> tuple[int, Any]:
+    """(format version, body) of a sealed record, its checksum checked; raises
+    :class:`SnapshotError` on any damage."""
     try:
         version, crc, payload = unpack(data)
     except Exception as exc:
         raise SnapshotError(f"damaged snapshot record: {exc}") from exc
-    if version not in _READABLE:
-        raise IncompatibleSnapshotError(
-            f"snapshot format {version!r} is not one of {', '.join(map(str, _READABLE))}"
-        )
+    if version not in (1, 2):
+        raise IncompatibleSnapshotError(f"snapshot format {version!r} is not 1 or 2")
     if not isinstance(payload, bytes) or zlib.crc32(payload) != crc:
         raise SnapshotError("snapshot checksum mismatch")
     try:
-        return version, unpack(zlib.decompress(payload) if version >= 2 else payload)
+        return version, unpack(zlib.decompress(payload) if version == 2 else payload)
     except Exception as exc:
         raise SnapshotError(f"damaged snapshot body: {exc}") from exc
 
@@ -138,33 +128,39 @@ class TxnBufferSnapshot:
                     for t, o in self.ongoing.items()
                 ],
                 [
-                    [s.segment_id, s.count, s.crc, _pos(s.last_marker), _pos(s.max_last)]
+                    (s.segment_id, s.count, s.crc, *s.last_marker, *s.max_last)
                     for s in self.segments
                 ],
-                [encode_aborted(a) for a in self.tail],
+                self.tail,
             ]
         )
 
     @classmethod
     def decode(cls, data: bytes) -> TxnBufferSnapshot:
         """Inverse of :meth:`encode`; raises :class:`SnapshotError` if damaged."""
-        version, body = _unseal(data)
+        version, body = unseal(data)
         try:
             position, max_read, ongoing, segments, tail = body
             open_txns: dict[TxnId, OpenTxn] = {}
             for seq, first, before, last in ongoing:
                 open_txns[TxnId(seq)] = OpenTxn(_req(first), _unpos(before), _req(last))
-            refs = [
-                SegmentRef(segment_id, count, crc, _req(last_marker), _req(max_last))
-                for segment_id, count, crc, last_marker, max_last in segments
-            ]
+            if version == 1:
+                refs = [
+                    SegmentRef(segment_id, count, crc, _req(last_marker), _req(max_last))
+                    for segment_id, count, crc, last_marker, max_last in segments
+                ]
+            else:
+                refs = [
+                    SegmentRef(segment_id, count, crc, Position(ml, me), Position(xl, xe))
+                    for segment_id, count, crc, ml, me, xl, xe in segments
+                ]
             return cls(
                 version,
                 _unpos(position),
                 _unpos(max_read),
                 open_txns,
                 refs,
-                decode_aborted_many(tail),
+                decode_aborted_many(tail, version),
             )
         except (TypeError, ValueError, IndexError) as exc:
             raise SnapshotError(f"malformed snapshot: {exc}") from exc

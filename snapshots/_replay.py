@@ -106,10 +106,10 @@ def _load_segment(ref: SegmentRef, data: bytes | None) -> list[AbortedRow]:
         raise SnapshotError(f"segment {ref.segment_id} is missing")
     if zlib.crc32(data) != ref.crc:
         raise SnapshotError(f"segment {ref.segment_id} checksum mismatch")
-    items = unseal(data)
+    version, items = unseal(data)
     if len(items) != ref.count:
         raise SnapshotError(f"segment {ref.segment_id} holds {len(items)} of {ref.count}")
-    return decode_aborted_many(items)
+    return decode_aborted_many(items, version)
 
 
 def _last_durable(ledger: ManagedLedger) -> Position | None:

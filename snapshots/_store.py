@@ -24,7 +24,6 @@ from ._model import (
     SEGMENT_SIZE,
     SegmentRef,
     TxnBufferSnapshot,
-    encode_aborted,
     seal,
 )
 from ._replay import RecoveryInfo, recover
@@ -85,9 +84,10 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
                 "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
                 [(topic.topic_id, s.segment_id) for s in expired],
             )
-    sealed = _seal(_unsealed(buffer, state.sealed_upto), None)
-    written += _add_segments(batch, topic, state, sealed)
-    tail = list(_unsealed(buffer, state.sealed_upto))
+    unsealed = list(_unsealed(buffer, state.sealed_upto))
+    whole = len(unsealed) - len(unsealed) % SEGMENT_SIZE
+    written += _add_segments(batch, topic, state, _seal(iter(unsealed[:whole]), None))
+    tail = unsealed[whole:]
     snapshot = TxnBufferSnapshot(
         FORMAT_VERSION,
         buffer.last_confirmed,
@@ -155,7 +155,7 @@ def _seal(unsealed: Iterator[AbortedRow], deadline: float | None) -> list[_Seale
         chunk = list(itertools.islice(unsealed, SEGMENT_SIZE))
         if len(chunk) < SEGMENT_SIZE:
             break
-        data = seal([encode_aborted(a) for a in chunk])
+        data = seal(chunk)  # format 2: the rows as they are
         last = max((a[3], a[4]) for a in chunk)
         marker = Position(chunk[-1][5], chunk[-1][6])
         out.append(_Sealed(data, len(chunk), marker, Position(*last)))

@@ -5,17 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import zlib
 from pathlib import Path
 
 import pytest
+from snapshot_format1 import encode_v1, segment_v1
 
-import snapshots._model as snapshot_model
 import snapshots._store as snapshot_store
 from api import Engine, EngineConfig, Position
 from api._engine import DB_FILE
-from ledger import pack, unpack
-from snapshots import full_replay
+from ledger import unpack
+from snapshots import TxnBufferSnapshot, full_replay
 from txn_buffer import TxnBuffer
 
 QUIET = EngineConfig(ledger_max_entries=10, snapshot_interval=3600.0)
@@ -74,12 +73,6 @@ async def test_recovery_from_sealed_segments_equals_full_replay(
         await _assert_equivalent(engine)
 
 
-def _seal_v1(body: object) -> bytes:
-    """What format 1 wrote: the msgpack body as is."""
-    payload = pack(body)
-    return pack([1, zlib.crc32(payload), payload])
-
-
 def _versions(data_dir: Path) -> set[int]:
     with sqlite3.connect(data_dir / DB_FILE) as conn:
         blobs = conn.execute(
@@ -95,10 +88,10 @@ async def test_snapshots_of_format_1_are_still_recovered_from(
     and segments, and its next snapshots, in format 2, are recovered from too."""
     monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
     with monkeypatch.context() as old:
-        old.setattr(snapshot_store, "seal", _seal_v1)
-        old.setattr(snapshot_model, "seal", _seal_v1)
+        old.setattr(snapshot_store, "seal", segment_v1)
+        old.setattr(TxnBufferSnapshot, "encode", encode_v1)
         async with Engine.open(data_dir, QUIET) as engine:
-            await _history(engine, 300)  # an index over 512 bytes: compressed in format 2
+            await _history(engine, 60)
             await engine.take_snapshot("t")
             expected = _state(engine._topics["t"].buffer)
     assert _versions(data_dir) == {1}
