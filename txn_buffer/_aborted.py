@@ -30,6 +30,7 @@ of its first data entry, its last data entry, its ABORT marker and its stable hi
 _WIDTH = 9
 _MARKER = 5  # offset of the marker's ledger id in a row
 _NONE = -1  # a stable hint's ledger and entry when it had none (positions are >= 0)
+_CHUNK = 1024  # rows made at a time by rows_from
 
 
 def _stored(row: AbortedRow) -> tuple[int, ...]:
@@ -109,13 +110,16 @@ class AbortedSet:
         return self.rows_from(0)
 
     def rows_from(self, index: int) -> Iterator[AbortedRow]:
-        """The rows of rank ``index`` and after, in marker order (made from one copy of
-        that part of the array, ~0.1 us a row; a snapshot's tail is a thousand)."""
-        part = self._rows[index * _WIDTH :]
-        rows = zip(*(part[k::_WIDTH] for k in range(_WIDTH)), strict=True)
-        if _NONE in part[7::_WIDTH]:  # a row without a stable hint (rare)
-            return (row if row[7] != _NONE else (*row[:7], None, None) for row in rows)
-        return rows
+        """The rows of rank ``index`` and after, in marker order, made a thousand at a time
+        from a copy of that part of the array (~0.1 us a row; a caller that stops early,
+        or between loop steps, copies no more than it takes)."""
+        for start in range(index * _WIDTH, len(self._rows), _CHUNK * _WIDTH):
+            part = self._rows[start : start + _CHUNK * _WIDTH]
+            rows = zip(*(part[k::_WIDTH] for k in range(_WIDTH)), strict=True)
+            if _NONE in part[7::_WIDTH]:  # a row without a stable hint (rare)
+                yield from (row if row[7] != _NONE else (*row[:7], None, None) for row in rows)
+            else:
+                yield from rows
 
     def _marker(self, index: int) -> tuple[int, int]:
         start = index * _WIDTH + _MARKER

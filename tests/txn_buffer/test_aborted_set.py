@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import txn_buffer._aborted as aborted_module
 from ledger import Position
 from txn_buffer import AbortedRow, AbortedSet
 
@@ -45,10 +48,15 @@ def _pruned(rows: list[AbortedRow], at: tuple[int, int]) -> tuple[list[AbortedRo
     return kept, len(rows) - len(kept)
 
 
-@given(aborted_rows(), st.integers(0, 6), st.integers(0, 200))
+@given(aborted_rows(), st.integers(0, 6), st.integers(0, 200), st.integers(1, 4))
 def test_rows_come_back_as_they_went_in_and_prune_follows_the_definition(
-    rows: list[AbortedRow], split: int, cut: int
+    rows: list[AbortedRow], split: int, cut: int, chunk: int
 ) -> None:
+    with patch.object(aborted_module, "_CHUNK", chunk):  # rows are made in chunks
+        _rows_come_back_and_prune(rows, split, cut)
+
+
+def _rows_come_back_and_prune(rows: list[AbortedRow], split: int, cut: int) -> None:
     aborted = AbortedSet(rows[:split])
     for row in rows[split:]:
         aborted.append(row)
