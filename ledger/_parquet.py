@@ -325,7 +325,7 @@ def entries_of(ledger_id: int, table: Any) -> list[Entry]:
             Entry(
                 position=Position(ledger_id, entry_id),
                 kind=_KINDS[kinds[i]],
-                txn_id=None if txn is None else TxnId(int(txn[4:])),
+                txn_id=None if txn is None else TxnId(int(txn[_TXN_PREFIX:])),
                 key=key,
                 value=value,
                 properties=properties,
