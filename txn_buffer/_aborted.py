@@ -3,7 +3,7 @@
 A topic keeps every aborted transaction whose data is still retained: at a steady
 abort rate that is hundreds of thousands of them, for as long as retention lasts. As
 Python objects (a tuple of nine ints, its key in a dict, a sorted index by marker) each
-took ~370 bytes; here one takes ~140: nine 8-byte integers in one flat array, plus its
+took ~370 bytes; here one takes ~150: nine 8-byte integers in one flat array, plus its
 sequence number in a set for the membership test readers do per row.
 
 ABORT markers arrive in position order (the buffer is fed durable entries in order), so
@@ -150,7 +150,10 @@ class AbortedSet:
             return None
         start = self.rank_after(after)
         with memoryview(self._rows) as view:
-            offset = operator.indexOf(view[start * _WIDTH :: _WIDTH], seq)
+            try:
+                offset = operator.indexOf(view[start * _WIDTH :: _WIDTH], seq)
+            except ValueError:  # ``after`` was not before its marker after all
+                start, offset = 0, operator.indexOf(view[::_WIDTH], seq)
         return self.row(start + offset)
 
     # -- dropping ------------------------------------------------------------------

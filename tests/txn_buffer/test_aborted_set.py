@@ -67,6 +67,7 @@ def _rows_come_back_and_prune(rows: list[AbortedRow], split: int, cut: int) -> N
     for row in rows:  # found by id, from the start or from one of its data positions
         assert aborted.find(row[0]) == row
         assert aborted.find(row[0], Position(row[3], row[4])) == row
+        assert aborted.find(row[0], Position(row[5] + 1, 0)) == row  # a wrong hint
     assert aborted.find(2**41) is None
     position = Position(*_at(cut))
     ranked = [r for r in rows if (r[5], r[6]) >= position]
