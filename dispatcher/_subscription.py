@@ -445,7 +445,7 @@ class Subscription(SubscriptionState):
         start = Position(0, 0) if md is None else Position(md.ledger_id, md.entry_id + 1)
         if start > limit:
             return 0
-        aborted = [a.txn_id.seq for a in self.topic.buffer.aborted_in_range(start, limit)]
+        aborted = self.topic.buffer.aborted_seqs_around(start, limit)
         acked = [p for p in self.cursor.acked if p <= limit]
         return await self.topic.ledger.count_data(
             start, limit, except_txns=aborted, except_positions=acked

@@ -6,9 +6,12 @@ the remote tier read its objects in a worker thread (see :mod:`ledger._tiers`).
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import msgspec
 
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
@@ -345,4 +348,11 @@ class LedgerReads(LedgerTiers):
 
 
 def _json_ints(values: Sequence[int]) -> str:
-    return "[" + ",".join(map(str, values)) + "]"
+    # msgspec: ~5 ms for 200,000 ints where joining their str() took ~24 (a backlog
+    # count leaves out every aborted transaction of its range). A str, not bytes: the
+    # json functions of SQLite before 3.45 refuse a BLOB.
+    items = values.tolist() if isinstance(values, array) else list(values)
+    return _JSON_ENCODE(items).decode()
+
+
+_JSON_ENCODE = msgspec.json.Encoder().encode

@@ -142,6 +142,15 @@ class AbortedSet:
             return 0
         return bisect_right(range(len(self)), tuple(position), key=self._marker)
 
+    def seqs_around(self, start: Position, end: Position) -> Sequence[int]:
+        """The sequence numbers of every row whose data may overlap ``[start, end]``, and
+        of a few that do not: those with a marker at or after ``start`` and within
+        ``_span`` ledgers of ``end`` (one slice of the array: a backlog count leaves them
+        out, and one with no data in the range changes nothing there)."""
+        lo = self.rank_at(start)
+        hi = self.rank_at(Position(end.ledger_id + self._span + 1, 0))
+        return self._rows[lo * _WIDTH : hi * _WIDTH : _WIDTH] if lo < hi else ()
+
     def find(self, seq: int, after: Position | None = None) -> AbortedRow | None:
         """The row of ``seq``, or None; ``after``, a position known to lie before its
         marker (one of its data entries), lets the search start there instead of at the

@@ -308,6 +308,12 @@ class TxnBuffer:
             if (row[1], row[2]) <= hi and (row[3], row[4]) >= lo
         ]
 
+    def aborted_seqs_around(self, start: Position, end: Position) -> Sequence[int]:
+        """Sequence numbers of the aborted transactions with data in ``[start, end]``,
+        plus possibly some with none there (harmless to leave out of a count of that
+        range): one slice of the aborted set, no object per transaction."""
+        return self._aborted.seqs_around(start, end)
+
     @property
     def aborted(self) -> AbortedSet:
         """Retained aborted transactions in marker order, as :data:`AbortedRow` tuples

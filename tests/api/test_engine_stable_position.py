@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from support import drain, make_topics, positions, values, wait_until
 
-from api import Engine, Position
+from api import Engine, EngineConfig, Position
 
 
 async def test_open_transaction_holds_back_later_plain_messages(engine: Engine) -> None:
@@ -233,3 +236,50 @@ def _no_open_txns(engine: Engine) -> Callable[[], Awaitable[bool]]:
         return not await engine.transactions(state="open")
 
     return check
+
+
+# A step: (transaction 0-3, what it does): "send" one message in it (beginning it if
+# needed), "commit" or "abort" it; or (None, "send") one plain message.
+_steps = st.lists(
+    st.tuples(st.sampled_from([None, 0, 1, 2, 3]), st.sampled_from(["send", "commit", "abort"])),
+    min_size=5,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_steps, st.integers(0, 6))
+# an aborted transaction whose data lies below the stable position (held by transaction
+# 1) and whose marker is two ledgers on
+@example([(0, "send"), (1, "send"), *[(None, "send")] * 5, (0, "abort")], 0)
+async def test_backlog_is_what_a_read_committed_consumer_would_get(
+    steps: list[tuple[int | None, str]], ack_every: int
+) -> None:
+    """The backlog count leaves out aborted data by the aborted set, and delivery filters
+    it by the same set row by row: with transactions interleaved across small ledgers
+    (aborted ones spanning ledgers), some left open, and some messages acknowledged, the
+    backlog is what a second read_committed subscription delivers minus the acks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Engine.open(tmp, EngineConfig(ledger_max_entries=3)) as engine:
+            await engine.create_topic("t")
+            counted = await engine.subscribe("t", "counted")
+            txns: dict[int, Any] = {}
+            for slot, action in steps:
+                if slot is None:
+                    await engine.send("t", "plain")
+                elif action == "send":
+                    if slot not in txns:
+                        txns[slot] = await engine.begin(timeout=600)
+                    await txns[slot].send("t", f"in {slot}")
+                elif slot in txns:
+                    txn = txns.pop(slot)
+                    await (txn.commit() if action == "commit" else txn.abort())
+            delivered = []
+            probe = await engine.subscribe("t", "probe", initial_position="earliest")
+            while got := await probe.receive(max=1000, timeout=0):
+                delivered.extend(got)
+            acked = [m.position for m in delivered[:: ack_every + 1]] if ack_every else []
+            if acked:
+                await counted.ack(acked)
+            stats = await engine.stats("t")
+            assert stats["subscriptions"]["counted"]["backlog"] == len(delivered) - len(acked)

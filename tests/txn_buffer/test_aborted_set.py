@@ -76,6 +76,12 @@ def _rows_come_back_and_prune(rows: list[AbortedRow], split: int, cut: int) -> N
     assert list(aborted.rows_from(aborted.rank_at(position))) == ranked
     after = [r for r in rows if (r[5], r[6]) > position]
     assert list(aborted.rows_from(aborted.rank_after(position))) == after
+    for lo, hi in ((0, cut), (cut, cut + 7), (cut // 2, 200)):
+        start, end = Position(*_at(lo)), Position(*_at(hi))
+        around = set(aborted.seqs_around(start, end))
+        overlapping = {r[0] for r in rows if (r[1], r[2]) <= end and (r[3], r[4]) >= start}
+        assert overlapping <= around  # every one with data there, and none before it:
+        assert around <= {r[0] for r in rows if (r[5], r[6]) >= start}
     expected, gone = _pruned(rows, tuple(position))
     assert aborted.prune_before(position) == gone
     aborted._check()
