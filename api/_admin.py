@@ -15,7 +15,13 @@ from ledger import (
     now_ms,
     validate_name,
 )
-from snapshots import SnapshotState, prepare_delete_topic, prepare_snapshot, take_snapshot
+from snapshots import (
+    SnapshotState,
+    has_unsealed_segments,
+    prepare_delete_topic,
+    prepare_snapshot,
+    take_snapshot,
+)
 from txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
@@ -141,6 +147,16 @@ class TopicAdmin(EngineCore):
         policy = self._retention.get(topic.name)
         if policy is None or topic.deleted:
             return 0
+        state = self._snapshots.get(topic.topic_id)
+        if state is not None and has_unsealed_segments(topic, state):
+            # The snapshot that goes with the trim below is prepared in one step: seal
+            # whole segments first, in slices (before the first snapshot after a full
+            # replay, that is every aborted transaction of the topic).
+            sealing = WriteBatch()
+            await take_snapshot(sealing, topic, state)
+            await self.store.write(sealing)
+            if topic.deleted:
+                return 0
         upto = retention_cut(topic, policy, self.subscriptions.of_topic(topic.name))
         if upto is None:
             return 0
@@ -151,9 +167,7 @@ class TopicAdmin(EngineCore):
         ]
         batch = WriteBatch()
         removed = topic.ledger.prepare_trim(batch, upto)
-        first = topic.ledger.first_position()
-        if first is not None:
-            topic.buffer.prune_aborted_before(first)
+        topic.buffer.prune_aborted_before(topic.ledger.retained_start())
         state = self._snapshots.get(topic.topic_id)
         if state is not None:
             prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers

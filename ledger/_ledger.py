@@ -337,6 +337,14 @@ class ManagedLedger(LedgerReads):
                 return Position(info.ledger_id, 0)
         return None
 
+    def retained_start(self) -> Position:
+        """Where the retained log starts: the first retained entry's position or, when
+        retention left none, the open ledger's first (everything before it is gone)."""
+        first = self.first_position()
+        if first is not None:
+            return first
+        return Position(self._ledgers[-1].ledger_id, 0) if self._ledgers else Position(0, 0)
+
     def next_position(self, position: Position) -> Position | None:
         """The assigned position right after ``position`` (None past the end)."""
         i = bisect.bisect_left(self._ids, position.ledger_id)

@@ -4,6 +4,7 @@ from ._model import FORMAT_VERSION, SEGMENT_SIZE, SegmentRef, TxnBufferSnapshot
 from ._replay import RecoveryInfo, full_replay, recover, replay
 from ._store import (
     SnapshotState,
+    has_unsealed_segments,
     is_due,
     prepare_delete_topic,
     prepare_snapshot,
@@ -19,6 +20,7 @@ __all__ = [
     "SnapshotState",
     "TxnBufferSnapshot",
     "full_replay",
+    "has_unsealed_segments",
     "is_due",
     "prepare_delete_topic",
     "prepare_snapshot",

@@ -95,9 +95,7 @@ async def load_snapshot(
         ongoing=snapshot.ongoing,
         aborted=aborted,
     )
-    first = ledger.first_position()
-    if first is not None:
-        buffer.prune_aborted_before(first)
+    buffer.prune_aborted_before(ledger.retained_start())
     return snapshot, buffer
 
 

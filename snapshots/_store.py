@@ -62,13 +62,21 @@ def is_due(state: SnapshotState, topic: Topic, *, every: int, interval: float) -
     return time.monotonic() - state.taken_monotonic >= interval
 
 
+def has_unsealed_segments(topic: Topic, state: SnapshotState) -> bool:
+    """Whether ``topic`` has a whole segment's worth of aborted transactions not sealed
+    yet: :func:`prepare_snapshot` would seal them in one step (after a full replay, every
+    aborted transaction of the topic), :func:`take_snapshot` in slices."""
+    aborted = topic.buffer.aborted
+    return len(aborted) - aborted.rank_after(state.sealed_upto) >= SEGMENT_SIZE
+
+
 def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> int:
     """Add a snapshot of ``topic``'s buffer (and any newly sealed segments) to ``batch``.
 
     Returns the snapshot's size in bytes (new segments included).
     """
     buffer = topic.buffer
-    first_retained = topic.ledger.first_position()
+    first_retained = topic.ledger.retained_start()
     written = 0
     if state.purge_segments_below is not None:
         batch.add(
@@ -76,14 +84,13 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
             (topic.topic_id, state.purge_segments_below),
         )
         state.purge_segments_below = None
-    if first_retained is not None:
-        expired = [s for s in state.segments if s.max_last < first_retained]
-        if expired:
-            state.segments = [s for s in state.segments if s.max_last >= first_retained]
-            batch.add_many(
-                "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
-                [(topic.topic_id, s.segment_id) for s in expired],
-            )
+    expired = [s for s in state.segments if s.max_last < first_retained]
+    if expired:
+        state.segments = [s for s in state.segments if s.max_last >= first_retained]
+        batch.add_many(
+            "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
+            [(topic.topic_id, s.segment_id) for s in expired],
+        )
     unsealed = list(_unsealed(buffer, state.sealed_upto))
     whole = len(unsealed) - len(unsealed) % SEGMENT_SIZE
     written += _add_segments(batch, topic, state, _seal(iter(unsealed[:whole]), None))

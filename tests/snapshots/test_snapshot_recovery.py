@@ -11,7 +11,7 @@ import pytest
 from snapshot_format1 import encode_v1, segment_v1
 
 import snapshots._store as snapshot_store
-from api import Engine, EngineConfig, Position
+from api import Engine, EngineConfig, Position, SubscriptionHandle
 from api._engine import DB_FILE
 from ledger import unpack
 from snapshots import TxnBufferSnapshot, full_replay
@@ -212,17 +212,24 @@ async def test_interval_policy_snapshots_a_changed_topic(data_dir: Path) -> None
         await _wait_for(taken)
 
 
+async def _alternating(engine: Engine, count: int) -> SubscriptionHandle:
+    """Topic "t" with subscription "s" and ``count`` one-message transactions, every
+    second one aborted."""
+    await engine.create_topic("t")
+    sub = await engine.subscribe("t", "s")
+    for i in range(count):
+        txn = await engine.begin()
+        await txn.send("t", i)
+        await (txn.abort() if i % 2 else txn.commit())
+    return sub
+
+
 async def test_retention_deletes_acknowledged_ledgers_and_prunes_aborted_state(
     data_dir: Path,
 ) -> None:
     config = EngineConfig(ledger_max_entries=4, snapshot_interval=3600.0)
     async with Engine.open(data_dir, config) as engine:
-        await engine.create_topic("t")
-        sub = await engine.subscribe("t", "s")
-        for i in range(10):
-            txn = await engine.begin()
-            await txn.send("t", i)
-            await (txn.abort() if i % 2 else txn.commit())
+        sub = await _alternating(engine, 10)
         await engine.set_retention("t", max_bytes=0)
         before = await engine.stats("t")
         assert before["aborted_txns"] == 5
@@ -250,6 +257,27 @@ async def test_retention_deletes_acknowledged_ledgers_and_prunes_aborted_state(
         assert fetched.entries[0].position > Position(0, 0)
 
 
+async def test_retention_that_deletes_every_entry_forgets_every_aborted_transaction(
+    data_dir: Path,
+) -> None:
+    """When retention leaves no entry at all, the aborted set empties too (it used to
+    keep every aborted transaction until the next entry and the next retention run)."""
+    config = EngineConfig(ledger_max_entries=4, snapshot_interval=3600.0)
+    async with Engine.open(data_dir, config) as engine:
+        sub = await _alternating(engine, 10)  # 20 entries: five whole ledgers
+        got = await sub.receive(max=100, timeout=0)
+        await sub.ack(got[-1].position, cumulative=True)
+        await engine.set_retention("t", max_bytes=0)
+    async with Engine.open(data_dir, config) as engine:  # (the full ledger is sealed)
+        assert await engine.apply_retention("t") == 5
+        stats = await engine.stats("t")
+        assert (stats["entries"], stats["aborted_txns"]) == (0, 0)
+    async with Engine.open(data_dir, config) as engine:
+        assert (await engine.stats("t"))["aborted_txns"] == 0
+        await engine.send("t", "new")
+        await _assert_equivalent(engine)
+
+
 async def test_retention_never_deletes_above_the_stable_position(data_dir: Path) -> None:
     config = EngineConfig(ledger_max_entries=2, snapshot_interval=3600.0)
     async with Engine.open(data_dir, config) as engine:
@@ -266,3 +294,40 @@ async def test_retention_never_deletes_above_the_stable_position(data_dir: Path)
         values = [m.value for m in await sub.receive(max=100, timeout=0)]
         assert "open" in values
         assert values[-6:] == list(range(6))
+
+
+async def test_retention_after_a_full_replay_seals_segments_in_slices(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first snapshot after a full replay, every aborted transaction of a topic
+    is unsealed: the snapshot that goes with a retention trim must not seal them all in
+    one event-loop step (a million took seconds), only the slices of a sliced snapshot."""
+    monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
+    config = EngineConfig(ledger_max_entries=4, snapshot_interval=3600.0)
+    async with Engine.open(data_dir, config) as engine:
+        sub = await _alternating(engine, 60)
+        got = await sub.receive(max=100, timeout=0)
+        await sub.ack(got[len(got) // 2].position, cumulative=True)  # half: half goes
+        await engine.set_retention("t", max_bytes=0)
+        # (no snapshot yet: 30 markers, an hour's interval; the next open replays in full)
+    seal = snapshot_store._seal
+    unsliced: list[int] = []  # segments sealed by a call without a deadline
+
+    def spy(unsealed, deadline):  # type: ignore[no-untyped-def]
+        sealed = seal(unsealed, deadline)
+        if deadline is None:
+            unsliced.append(len(sealed))
+        return sealed
+
+    monkeypatch.setattr(snapshot_store, "_seal", spy)
+    async with Engine.open(data_dir, config) as engine:
+        assert (await engine.stats("t"))["recovery"]["from_snapshot"] is False
+        assert await engine.apply_retention("t") > 0
+        assert unsliced  # the trim's snapshot was prepared...
+        assert not any(unsliced)  # ...with every whole segment sealed before it, in slices
+        assert 0 < (await engine.stats("t"))["aborted_txns"] < 30
+        expected = _state(engine._topics["t"].buffer)
+        await _assert_equivalent(engine)
+    async with Engine.open(data_dir, config) as engine:
+        assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
+        assert _state(engine._topics["t"].buffer) == expected
