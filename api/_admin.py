@@ -168,7 +168,6 @@ class TopicAdmin(EngineCore):
         batch = WriteBatch()
         removed = topic.ledger.prepare_trim(batch, upto)
         topic.buffer.prune_aborted_before(topic.ledger.retained_start())
-        state = self._snapshots.get(topic.topic_id)
         if state is not None:
             prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
         await self.store.write(batch)

@@ -116,12 +116,13 @@ class AbortedSet:
         """Every row, in marker order."""
         return self.rows_from(0)
 
-    def rows_from(self, index: int) -> Iterator[AbortedRow]:
-        """The rows of rank ``index`` and after, in marker order, made a thousand at a time
-        from a copy of that part of the array (~0.1 us a row; a caller that stops early,
-        or between loop steps, copies no more than it takes)."""
-        for start in range(index * _WIDTH, len(self._rows), _CHUNK * _WIDTH):
-            part = self._rows[start : start + _CHUNK * _WIDTH]
+    def rows_from(self, index: int, stop: int | None = None) -> Iterator[AbortedRow]:
+        """The rows of rank ``index`` and after (before ``stop``), in marker order, made a
+        thousand at a time from a copy of that part of the array (~0.1 us a row; a caller
+        that stops early, or between loop steps, copies no more than it takes)."""
+        end = len(self._rows) if stop is None else stop * _WIDTH
+        for start in range(index * _WIDTH, end, _CHUNK * _WIDTH):
+            part = self._rows[start : min(start + _CHUNK * _WIDTH, end)]
             rows = zip(*(part[k::_WIDTH] for k in range(_WIDTH)), strict=True)
             if _NONE in part[7::_WIDTH]:  # a row without a stable hint (rare)
                 yield from (row if row[7] != _NONE else (*row[:7], None, None) for row in rows)
@@ -142,14 +143,21 @@ class AbortedSet:
             return 0
         return bisect_right(range(len(self)), tuple(position), key=self._marker)
 
-    def seqs_around(self, start: Position, end: Position) -> Sequence[int]:
-        """The sequence numbers of every row whose data may overlap ``[start, end]``, and
-        of a few that do not: those with a marker at or after ``start`` and within
-        ``_span`` ledgers of ``end`` (one slice of the array: a backlog count leaves them
-        out, and one with no data in the range changes nothing there)."""
+    def ranks_around(self, start: Position, end: Position) -> tuple[int, int]:
+        """The ranks ``[lo, hi)`` of every row whose data may overlap ``[start, end]``:
+        its marker follows its data, so it is at or after ``start``, and its first entry
+        lies at most ``_span`` ledgers before its marker, so a marker past ``end``'s
+        ledger + ``_span`` means data wholly after ``end``. Some rows between overlap
+        nothing."""
         lo = self.rank_at(start)
-        hi = self.rank_at(Position(end.ledger_id + self._span + 1, 0))
-        return self._rows[lo * _WIDTH : hi * _WIDTH : _WIDTH] if lo < hi else ()
+        return lo, max(lo, self.rank_at(Position(end.ledger_id + self._span + 1, 0)))
+
+    def seqs_around(self, start: Position, end: Position) -> Sequence[int]:
+        """The sequence numbers of the rows :meth:`ranks_around` names (one slice of the
+        array: a backlog count leaves them out, and one with no data in the range
+        changes nothing there)."""
+        lo, hi = self.ranks_around(start, end)
+        return self._rows[lo * _WIDTH : hi * _WIDTH : _WIDTH]
 
     def find(self, seq: int, after: Position | None = None) -> AbortedRow | None:
         """The row of ``seq``, or None; ``after``, a position known to lie before its
@@ -174,10 +182,9 @@ class AbortedSet:
         rows = self._rows
         # A marker before ``at`` means all of the data is: those rows are a prefix. After
         # it, a row whose data starts before ``at`` has its first ledger at or before
-        # ``at``'s, so its marker within ``_span`` ledgers after that: the candidates are
-        # that stretch (a million rows scanned took 55 ms, a stretch is a ledger or two).
-        head = self.rank_at(position)
-        stop = self.rank_at(Position(at[0] + self._span + 1, 0))
+        # ``at``'s, so it lies in the stretch ranks_around(at, at) bounds (a million rows
+        # scanned took 55 ms; the stretch is a ledger or two).
+        head, stop = self.ranks_around(position, position)
         gone = rows[0 : head * _WIDTH : _WIDTH]
         firsts = rows[head * _WIDTH + 1 : stop * _WIDTH : _WIDTH]
         below = at[0] + 1 if at[1] else at[0]  # first ledgers that can start before ``at``

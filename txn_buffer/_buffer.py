@@ -295,16 +295,12 @@ class TxnBuffer:
     def aborted_in_range(self, start: Position, end: Position) -> list[AbortedTxn]:
         """Aborted transactions whose data span overlaps ``[start, end]``, in marker order.
 
-        A transaction's ABORT marker always follows its data, so only markers at or after
-        ``start`` can qualify; cost O(aborted transactions with a marker after ``start``).
+        Only the stretch of markers :meth:`AbortedSet.ranks_around` names can qualify.
         """
-        aborted = self._aborted
-        if not aborted:
-            return []
         lo, hi = _key(start), _key(end)
         return [
             _wrap(row)
-            for row in aborted.rows_from(aborted.rank_at(start))
+            for row in self._aborted.rows_from(*self._aborted.ranks_around(start, end))
             if (row[1], row[2]) <= hi and (row[3], row[4]) >= lo
         ]
 
