@@ -5,6 +5,7 @@ answers; everything else reaches the router unchanged."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,43 @@ async def test_served_routes_answer_errors_and_label_metrics_as_the_router_did(
     produced = 'route="/v1/topics/{topic}/messages",status="200"'
     assert any(produced in line and "requests_total" in line for line in metrics.splitlines())
     assert any('route="/v1/transactions",status="201"' in line for line in metrics.splitlines())
+
+
+async def test_an_unexpected_failure_is_the_edges_json_500_on_either_side_of_the_lane(
+    engine: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FastAPI's own layers sit inside the lane and its plain-text 500 page is left out:
+    a failure in a route the lane serves and in one it leaves to the router is the
+    edge's logged JSON 500 with the request id, nothing else."""
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    async def broken_pages(*args: Any, **kwargs: Any) -> AsyncIterator[list[Any]]:
+        raise RuntimeError("disk on fire")
+        yield []  # an async generator, as the engine's
+
+    monkeypatch.setattr(engine, "get_transaction", broken)  # GET /v1/transactions/{txn}
+    monkeypatch.setattr(engine, "iter_transactions", broken_pages)  # GET /v1/transactions
+    app = create_app(engine)
+    lane = app.build_middleware_stack()
+    layers = []
+    while lane is not None:
+        layers.append(type(lane).__name__)
+        lane = getattr(lane, "app", None)
+    assert layers[0] == "EdgeMiddleware"
+    assert "ServerErrorMiddleware" not in layers
+    assert layers.index("HotLane") < layers.index("ExceptionMiddleware")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://txnstream") as http:
+        served = await http.get("/v1/transactions/txn-1")
+        routed = await http.get("/v1/transactions", params={"state": "open"})
+    for response in (served, routed):
+        assert response.status_code == 500
+        assert response.headers["content-type"] == "application/json"
+        request_id = response.headers["x-request-id"]
+        error = response.json()["error"]
+        assert error["code"] == "internal"
+        assert request_id in error["message"]
+        assert "disk on fire" not in response.text
+        assert any(request_id in r.getMessage() and r.exc_info for r in caplog.records)
