@@ -15,6 +15,7 @@ from ._codec import (
     pack,
     plain_payload_layout,
     unpack,
+    value_packer,
 )
 from ._entry import Entry, EntryKind, OutgoingMessage, TxnId
 from ._errors import (
@@ -115,6 +116,7 @@ __all__ = [
     "encode_payloads",
     "encode_value",
     "encode_value_payloads",
+    "value_packer",
     "json_text",
     "ms_to_datetime",
     "normalize_url",

@@ -343,9 +343,12 @@ class Store:
         into it now: no wait (:attr:`over_limit`) and nothing that :meth:`check_space` or
         :meth:`check_writable` would raise, judged without a system call (a send lane's check;
         False means "take the full path", which says why)."""
-        if self._open is not batch or self.failure is not None or self._closing:
+        open_ = self._open
+        if open_ is not batch or self.failure is not None or self._closing:
             return False
-        return not self.over_limit and self._space_plenty()
+        if open_.entries + self._inflight_entries > self._max_pending_entries:
+            return False  # (over_limit, inline: this runs once per pipelined send)
+        return self._space_plenty()
 
     def _space_plenty(self) -> bool:
         """True without a system call when no reserve is set, or when free space was

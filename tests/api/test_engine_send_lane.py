@@ -214,6 +214,28 @@ async def test_a_send_after_the_timeout_is_refused_and_not_stored(engine: Engine
     assert 3 not in [e.value for e in fetched.entries]
 
 
+async def test_each_send_carries_the_millisecond_it_was_made_in(engine: Engine) -> None:
+    """The lane makes a payload head once per millisecond: a send still gets its own
+    time, also when the clock moves on between two sends of one lane."""
+    await engine.create_topic("t")
+    txn = await engine.begin()
+    windows = []
+    for value in range(60):
+        before = time.time_ns() // 1_000_000
+        await txn.send("t", value)
+        windows.append((before, time.time_ns() // 1_000_000))
+        if value % 20 == 19:  # let the clock pass a millisecond or more, lane held
+            end = time.monotonic() + 0.002
+            while time.monotonic() < end:
+                pass
+    await txn.commit()
+    fetched = await engine.fetch("t", None, max=100)
+    times = [round(e.publish_time.timestamp() * 1000) for e in fetched.entries if e.kind == "data"]
+    assert len(times) == len(windows)
+    assert all(low <= t <= high for t, (low, high) in zip(times, windows, strict=True))
+    assert len(set(times)) >= 3
+
+
 async def test_a_send_to_a_deleted_topic_is_refused(engine: Engine) -> None:
     await engine.create_topic("t")
     txn = await engine.begin()
