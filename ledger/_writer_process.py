@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
+import msgspec
 
 from . import _sqlwriter
 from ._errors import EngineFailedError
@@ -53,6 +54,12 @@ _PIPE_SIZE = 1 << 20  # Linux's default pipe-max-size for unprivileged processes
 # Packing copies every payload: a 32 MB produce request took ~40 ms here. From this many
 # payload bytes on, a flush is packed in a worker thread instead of on the event loop.
 _PACK_IN_THREAD = 1 << 20
+_pack = msgspec.msgpack.encode
+"""Packs a flush for the child, which reads it with msgpack: the same MessagePack (bytes
+as bin, str as str, tuples as arrays) at a quarter of ``msgpack.packb``'s time (3.5 against
+14 us for a flush of 100 entries, 4% of an HTTP server's loop before). Its errors for what
+msgpack refuses too are the same ``TypeError`` and ``OverflowError``; it is stateless,
+so the large flushes pack in a worker thread as before."""
 _STOP_TIMEOUT = 30.0  # seconds the child may take to exit after its stdin closes
 
 Reply = Callable[[BaseException | None], None]
@@ -182,11 +189,11 @@ class WriterProcess:
             return
         self._waiting += 1
         if size >= _PACK_IN_THREAD:
-            packing = loop.run_in_executor(None, msgpack.packb, statements)
+            packing = loop.run_in_executor(None, _pack, statements)
             packing.add_done_callback(self._packed)
             return
         try:
-            body = msgpack.packb(statements)
+            body = _pack(statements)
         except (TypeError, ValueError, OverflowError) as exc:  # a value SQLite cannot take
             self._waiting -= 1
             loop.call_soon(self._on_reply, exc)
