@@ -7,7 +7,7 @@ nothing from this package: only the standard library and msgpack.
 The process protocol, over the child's stdin and stdout:
 
 * parent -> child, one frame per flush: a 4-byte little-endian length, then the flush's
-  statements packed with msgpack (``[[sql, [row, ...]], ...]``);
+  statements in MessagePack (the parent packs them with msgspec; ``[[sql, [row, ...]], ...]``);
 * child -> parent, one reply per frame, in order: ``OK`` (applied and committed, fsync
   included), or ``FAILED`` + a 4-byte length + msgpack ``[exception type name, message,
   errno or None]`` (rolled back: nothing of that flush is stored). One ``OK`` first says
