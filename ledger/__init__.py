@@ -116,7 +116,6 @@ __all__ = [
     "encode_payloads",
     "encode_value",
     "encode_value_payloads",
-    "value_packer",
     "json_text",
     "ms_to_datetime",
     "normalize_url",
@@ -127,4 +126,5 @@ __all__ = [
     "split_value",
     "unpack",
     "validate_name",
+    "value_packer",
 ]
