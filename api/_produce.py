@@ -53,10 +53,11 @@ def _value_payloads(values: Sequence[Any], limit: int) -> list[bytes]:
     """:func:`_payloads` of bare values (no key, no properties), with no message object,
     tuple or Python call per value: each is packed and joined to the common head by C
     calls."""
-    try:  # (the thread's packer mapped in C: no Python call per value)
-        packed = list(map(value_packer(), values))
-    except (TypeError, ValueError, OverflowError):  # encode_value's errors: say the first
-        return _payloads([OutgoingMessage(v) for v in values], limit)  # in order, too-large too
+    try:
+        packed = list(map(value_packer(), values))  # this thread's packer, mapped in C
+    except (TypeError, ValueError, OverflowError):  # (encode_value's errors)
+        # say the first error in order, too-large ones included
+        return _payloads([OutgoingMessage(v) for v in values], limit)
     if max(map(len, packed)) > limit:
         size = next(size for size in map(len, packed) if size > limit)
         raise TooLargeError(f"message value of {size} bytes exceeds the {limit}-byte limit")
