@@ -13,6 +13,7 @@ from time import time_ns
 from typing import Any
 
 from ledger import (
+    PACK_ERRORS,
     FencedError,
     InvalidArgumentError,
     OutgoingMessage,
@@ -55,7 +56,7 @@ def _value_payloads(values: Sequence[Any], limit: int) -> list[bytes]:
     calls."""
     try:
         packed = list(map(value_packer(), values))  # this thread's packer, mapped in C
-    except (TypeError, ValueError, OverflowError):  # (encode_value's errors)
+    except PACK_ERRORS:
         # say the first error in order, too-large ones included
         return _payloads([OutgoingMessage(v) for v in values], limit)
     if max(map(len, packed)) > limit:
@@ -418,7 +419,7 @@ class TxnSendLane:
             return None  # (the full path raises and wakes the timeout task)
         try:
             packed = self._pack(value)
-        except (TypeError, ValueError, OverflowError):
+        except PACK_ERRORS:
             return None  # the full path raises InvalidArgumentError, nothing done yet
         if len(packed) > self._limit:
             return None

@@ -5,6 +5,7 @@ Also home of the engine's one exception hierarchy (:class:`EngineError` and its 
 
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import (
+    PACK_ERRORS,
     Body,
     decode_payload,
     decode_payloads,
@@ -91,6 +92,7 @@ __all__ = [
     "OffloadStore",
     "OffloadedObject",
     "OutgoingMessage",
+    "PACK_ERRORS",
     "Position",
     "ProducerRow",
     "RemoteStorageError",

@@ -21,11 +21,15 @@ _VERSION_BYTE = bytes([FORMAT_VERSION])
 _ARRAY4 = b"\x94"  # msgpack fixarray header for 4 elements
 
 
+PACK_ERRORS = (TypeError, ValueError, OverflowError)
+"""What msgpack raises for a value it cannot encode (see :func:`value_packer`)."""
+
+
 def encode_value(value: Any) -> bytes:
     """Encode a message value alone; raises :class:`InvalidArgumentError` if msgpack cannot."""
     try:
         packed: bytes = _packer().pack(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except PACK_ERRORS as exc:
         raise InvalidArgumentError(f"value cannot be encoded: {exc}") from exc
     return packed
 
@@ -48,8 +52,8 @@ def _packer() -> msgpack.Packer:
 def value_packer() -> Callable[[Any], bytes]:
     """The calling thread's msgpack ``pack`` for values: :func:`encode_value` without a
     call of its own and without the error mapping, for a hot path that maps the errors
-    itself (``TypeError``, ``ValueError``, ``OverflowError``: the value cannot be encoded).
-    Use it on the thread that asked for it only."""
+    itself (:data:`PACK_ERRORS`: the value cannot be encoded). Use it on the thread that
+    asked for it only."""
     pack: Callable[[Any], bytes] = _packer().pack
     return pack
 
