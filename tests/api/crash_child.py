@@ -12,7 +12,9 @@ Every step prints one JSON line to stdout, flushed:
   = never ended, ``plain`` = a non-transactional batch), its txn id (if any), and the
   message ids it will send per topic;
 * ``committed`` / ``aborted``: after ``commit()`` / ``abort()`` returned;
-* ``sent``: after a non-transactional ``send_many`` returned.
+* ``sent``: after a non-transactional ``send_many`` returned;
+* ``snapshot``: once per topic, when the engine's stats first show a snapshot of it (the
+  parent of a frequent-snapshot run kills only after both, so recovery has one to use).
 
 A message value is ``{"id": str, "w": worker, "i": step, "k": index in the step}``.
 """
@@ -63,6 +65,16 @@ async def worker(engine: Engine, w: int, timeout: float) -> None:
         i += 1
 
 
+async def watch_snapshots(engine: Engine) -> None:
+    pending = set(TOPICS)
+    while pending:
+        for topic in sorted(pending):
+            if (await engine.stats(topic))["snapshot"] is not None:
+                pending.discard(topic)
+                emit(event="snapshot", topic=topic)
+        await asyncio.sleep(0.005)
+
+
 async def main(
     data: Path, timeout: float, workers: int, every: int, interval: float, writer: Any
 ) -> None:
@@ -77,7 +89,8 @@ async def main(
             await engine.create_topic(topic)
             await engine.create_subscription(topic, "audit")
         emit(event="ready")
-        await asyncio.gather(*(worker(engine, w, timeout) for w in range(workers)))
+        workers_and_watcher = [worker(engine, w, timeout) for w in range(workers)]
+        await asyncio.gather(watch_snapshots(engine), *workers_and_watcher)
 
 
 if __name__ == "__main__":
