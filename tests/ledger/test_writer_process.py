@@ -89,6 +89,29 @@ async def test_a_failed_statement_rolls_back_its_flush_only(tmp_path: Path) -> N
         await store.close()
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+async def test_a_waited_batch_goes_to_the_writer_process_before_the_loop_pass_ends(
+    tmp_path: Path, process: bool
+) -> None:
+    """The process writes beside the loop, so a commit goes to it at once and what the
+    same pass submits after it takes the next flush; the writer thread shares the GIL,
+    so it waits for the end of the pass and takes both in one flush. Either way both are
+    durable, in submission order, before their waits return."""
+    store = await Store.open(tmp_path / "txnstream.db", writer_process=process)
+    flushes: list[int] = []
+    store.on_flush = lambda entries, seconds: flushes.append(store.generation)
+    try:
+        first, second = WriteBatch(), WriteBatch()
+        first.add(_UPSERT, ("k", "first"))
+        second.add(_UPSERT, ("k", "second"))
+        waits = [store.submit(first), store.submit(second)]  # one loop pass, no await between
+        await asyncio.gather(*waits)
+        assert len(flushes) == (2 if process else 1)
+        assert await store.read("SELECT value FROM meta WHERE key = 'k'") == [("second",)]
+    finally:
+        await store.close()
+
+
 def test_the_childs_errors_come_back_as_the_thread_would_raise_them() -> None:
     locked = _rebuild("OperationalError", "database is locked", None)
     assert type(locked) is sqlite3.OperationalError
