@@ -18,10 +18,10 @@ restored from a snapshot taken at ``p`` followed by replay of the entries after 
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
+from pyroaring import BitMap64
 from sortedcontainers import SortedList
 
 from ledger import EntryKind, Position, TxnId
@@ -139,7 +139,7 @@ class _AbortedView(Mapping[TxnId, AbortedTxn]):
         return _wrap(row)
 
     def __contains__(self, txn_id: object) -> bool:
-        return isinstance(txn_id, TxnId) and txn_id.seq in self._set.seqs
+        return isinstance(txn_id, TxnId) and txn_id.seq in self._set
 
     def __iter__(self) -> Iterator[TxnId]:
         return (TxnId(row[0]) for row in self._set)
@@ -255,12 +255,13 @@ class TxnBuffer:
 
     def is_aborted(self, txn_id: TxnId) -> bool:
         """True if ``txn_id`` aborted with data on this topic (O(1))."""
-        return txn_id.seq in self._aborted.seqs
+        return txn_id.seq in self._aborted
 
     @property
-    def aborted_seqs(self) -> AbstractSet[int]:
+    def aborted_seqs(self) -> BitMap64:
         """Sequence numbers of the retained aborted transactions: a reader tests raw
-        rows' ``txn`` column against it without making a :class:`TxnId`."""
+        rows' ``txn`` column against it without making a :class:`TxnId` (``in`` takes
+        an int from 0 to 2**64 - 1, as that column holds)."""
         return self._aborted.seqs
 
     def is_open(self, txn_id: TxnId) -> bool:

@@ -65,7 +65,7 @@ def _rows_come_back_and_prune(rows: list[AbortedRow], split: int, cut: int) -> N
     aborted._check()
     assert list(aborted) == rows
     assert len(aborted) == len(rows)
-    assert aborted.seqs == {row[0] for row in rows}
+    assert set(aborted.seqs) == {row[0] for row in rows}
     for row in rows:  # found by id, from the start or from one of its data positions
         assert aborted.find(row[0]) == row
         assert aborted.find(row[0], Position(row[3], row[4])) == row
@@ -86,7 +86,7 @@ def _rows_come_back_and_prune(rows: list[AbortedRow], split: int, cut: int) -> N
     assert aborted.prune_before(position) == gone
     aborted._check()
     assert list(aborted) == expected
-    assert aborted.seqs == {row[0] for row in expected}
+    assert set(aborted.seqs) == {row[0] for row in expected}
 
 
 @given(aborted_rows())
@@ -100,6 +100,7 @@ def test_malformed_rows_are_refused_and_change_nothing(rows: list[AbortedRow]) -
         ([ahead[:8]], "holds 9 integers"),  # type: ignore[list-item]
         ([(2**41, 0, 0, 0, 0, marker[0] + 1, 0, "x", None)], "malformed"),  # type: ignore[list-item]
         ([(2**64, 0, 0, 0, 0, marker[0] + 1, 0, None, None)], "malformed"),
+        ([(-1, 0, 0, 0, 0, marker[0] + 1, 0, None, None)], "malformed"),
     ]
     if rows:
         bad.append(([(*rows[-1][:5], marker[0] + 1, 0, None, None)], "twice"))  # type: ignore[list-item]
@@ -125,3 +126,26 @@ def test_reading_a_few_rows_copies_a_few_rows() -> None:
         tracemalloc.stop()
     assert taken == rows[10:1_010]
     assert peak < 1_000_000  # a copy of the rest: ~14 MB
+
+
+def test_ids_that_cannot_be_a_sequence_number_are_not_aborted() -> None:
+    """A parsed id can be any int (``txn-99999999999999999999``): not aborted, no error."""
+    aborted = AbortedSet([(5, 0, 0, 0, 0, 0, 1, None, None)])
+    assert 5 in aborted
+    for other in (6, -1, 2**64, 2**80, "5", 5.0, None):
+        assert other not in aborted
+        assert aborted.find(other) is None  # type: ignore[arg-type]
+
+
+def test_the_sequence_numbers_of_many_aborts_take_bits_not_objects() -> None:
+    """A busy topic without retention keeps every aborted transaction: a quarter of
+    800,000 transactions aborted cost ~8 MiB as a set of ints (object and hash slot
+    each); as a bitmap, about a bit per transaction."""
+    seqs = range(0, 800_000, 4)
+    rows = [(seq, 0, seq, 0, seq, 0, seq + 1, None, None) for seq in seqs]
+    aborted = AbortedSet(rows)
+    stats = aborted.seqs.get_statistics()
+    held = stats["n_bytes_array_containers"] + stats["n_bytes_run_containers"]
+    held += stats["n_bytes_bitset_containers"]
+    assert held <= 800_000 // 8 + 16_384  # a bit per transaction, a container's slack
+    assert all(seq in aborted for seq in seqs[::997])
