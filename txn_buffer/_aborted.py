@@ -7,8 +7,9 @@ took ~370 bytes; here one takes ~75: nine 8-byte integers in one flat array, plu
 sequence number in a Roaring bitmap for the membership test readers do per row. (A set
 of ints took ~70 bytes per number, the doubling of its table included, and made the
 memory of a busy topic without retention step up by 4-8 MiB at a time; the bitmap takes
-a bit per number where a quarter of the transactions abort, two bytes where few do, and
-answers ``in`` as fast.)
+a bit per number where a quarter of the transactions abort, two bytes where few do. Its
+``in`` costs ~40 ns against a set's ~30: the delivery filter's 1,000 rows take ~45 us
+instead of ~31.)
 
 ABORT markers arrive in position order (the buffer is fed durable entries in order), so
 appending keeps the rows sorted by marker: a bisection finds the rows after a position,
