@@ -57,7 +57,9 @@ class EngineConfig:
     writer: Literal["thread", "process"] = "thread"
     """Where SQLite writes run. ``"thread"``: a thread of this process. ``"process"``: a
     child process (``ledger/_writer_process.py``), so that they do not share the GIL
-    with a busy event loop; ``serve`` uses it. Same durability either way."""
+    with a busy event loop, and a flush is written while the loop runs on; ``serve`` uses
+    it. Same durability either way. The process adds ~25 ms to each open; with concurrent
+    producers it writes faster (8 producers of transactions: ~1.3x the thread)."""
     gc_freeze: bool = True
     """Keep CPython's full garbage collections short: pause automatic collection while
     recovering, then :func:`gc.freeze` what exists once open (undone when the last such
