@@ -43,6 +43,7 @@ import msgpack
 import msgspec
 
 from . import _sqlwriter
+from ._codec import PACK_ERRORS
 from ._errors import EngineFailedError
 from ._sqlwriter import FAILED, HEADER, OK, Statements
 
@@ -194,7 +195,7 @@ class WriterProcess:
             return
         try:
             body = _pack(statements)
-        except (TypeError, ValueError, OverflowError) as exc:  # a value SQLite cannot take
+        except PACK_ERRORS as exc:  # a value SQLite cannot take
             self._waiting -= 1
             loop.call_soon(self._on_reply, exc)
             return
@@ -205,7 +206,7 @@ class WriterProcess:
             return  # the child died meanwhile: _lost has failed this flush already
         try:
             body = packing.result()
-        except (TypeError, ValueError, OverflowError) as exc:
+        except PACK_ERRORS as exc:
             self._waiting -= 1
             self._on_reply(exc)
             return
