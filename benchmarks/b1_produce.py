@@ -10,6 +10,13 @@ Workloads (each run in a fresh data directory, default durable config, 100-byte 
 * ``B1-ceiling``: the txn10 workload written straight to SQLite with the stdlib
   ``sqlite3`` module: WAL, ``synchronous=FULL``, a ``WITHOUT ROWID`` table shaped like the
   engine's ``entries`` table, ``executemany`` of each transaction's rows + ``COMMIT``.
+* ``B1-fsync-busy-us`` / ``B1-fsync-idle-us``: what one ``COMMIT`` of 10 such rows costs
+  (median, microseconds) when commits follow each other as in the ceiling, and when the
+  disk had no I/O for 200 us before each (about what one producer's transaction of 10
+  spends in Python on the loop). The ratio idle/busy says how much of B1-txn10's gap to
+  the ceiling is the disk's, not the engine's: on virtual disks an fsync right after
+  another can cost a fraction of one after a short pause (measured on the 2-core VM: ~60
+  against 200-800 us).
 
 The workloads are interleaved run by run (ceiling, txn10, ..., 8p; then again) so that
 noise from other processes on the machine spreads over all of them.
@@ -19,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 
 from api import Engine, EngineConfig
 
 from .core import (
+    VALUE_SIZE,
     Figure,
     Samples,
     Settings,
@@ -134,10 +143,50 @@ def measure_ceiling(batches: list[list[bytes]]) -> float:
     return count / elapsed
 
 
+FSYNC_IDLE_US = 200  # the pause before each commit of B1-fsync-idle-us
+_FSYNC_COMMITS = 1000
+
+
+def measure_commit_us(idle_us: int, commits: int = _FSYNC_COMMITS) -> float:
+    """Median microseconds of one ``COMMIT`` of 10 ceiling rows, the disk idle for
+    ``idle_us`` before each (a busy wait: no I/O, no sleep's timer slack)."""
+    clock = time.perf_counter_ns
+    costs: list[int] = []
+    with fresh_dir("fsync") as path:
+        conn = sqlite3.connect(path / "fsync.db", isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(_CEILING_DDL)
+            value = bytes(VALUE_SIZE)
+            for txn in range(commits):
+                rows = [(0, 0, txn * 10 + i, 0, txn, value) for i in range(10)]
+                conn.execute("BEGIN")
+                conn.executemany(_CEILING_INSERT, rows)
+                until = clock() + idle_us * 1000
+                while clock() < until:
+                    pass
+                started = clock()
+                conn.execute("COMMIT")
+                costs.append(clock() - started)
+        finally:
+            conn.close()
+    return statistics.median(costs) / 1000
+
+
 @group(
     "B1",
     "produce throughput",
-    ["B1-txn10", "B1-txn100", "B1-plain10", "B1-plain100", "B1-txn10-8p", "B1-ceiling"],
+    [
+        "B1-txn10",
+        "B1-txn100",
+        "B1-plain10",
+        "B1-plain100",
+        "B1-txn10-8p",
+        "B1-ceiling",
+        "B1-fsync-busy-us",
+        "B1-fsync-idle-us",
+    ],
 )
 def produce(settings: Settings) -> list[Figure]:
     """B1 figures: messages/s of each producer pattern and of the SQLite ceiling."""
@@ -159,6 +208,11 @@ def produce(settings: Settings) -> list[Figure]:
         ),
         ("B1-txn10-8p", lambda: measure_engine("8p", _txn_producers, by10, transactional=True)),
     ]
+    commits = settings.size(_FSYNC_COMMITS, 200)
+    probes: list[tuple[str, Callable[[], float]]] = [
+        ("B1-fsync-busy-us", lambda: measure_commit_us(0, commits)),
+        ("B1-fsync-idle-us", lambda: measure_commit_us(FSYNC_IDLE_US, commits)),
+    ]
     samples = Samples()
     for run in range(settings.runs):
         for figure_id, workload in workloads:
@@ -169,6 +223,10 @@ def produce(settings: Settings) -> list[Figure]:
                 f"B1 run {run + 1}/{settings.runs} {figure_id}: {rate:,.0f} msg/s"
                 f" ({count:,} msgs, {time.perf_counter() - started:.1f} s)"
             )
+        for figure_id, probe in probes:
+            cost = probe()
+            samples.add(figure_id, cost)
+            progress(f"B1 run {run + 1}/{settings.runs} {figure_id}: {cost:,.0f} us a commit")
     ceiling = "B1-ceiling"
     return [
         Figure.of(
@@ -195,4 +253,11 @@ def produce(settings: Settings) -> list[Figure]:
             target=Target(">=", 3.5, "B1-txn10"),
         ),
         Figure.of(ceiling, samples[ceiling], "msg/s"),
+        Figure.of("B1-fsync-busy-us", samples["B1-fsync-busy-us"], "us"),
+        Figure.of(
+            "B1-fsync-idle-us",
+            samples["B1-fsync-idle-us"],
+            "us",
+            baseline="B1-fsync-busy-us",
+        ),
     ]
