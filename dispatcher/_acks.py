@@ -65,6 +65,10 @@ class SubscriptionState:
         # read_position on: the next delivery starts with them instead of reading them
         # again (used only while read_position still points at the first)
         self._ahead: list[Row] = []
+        # the ordered delivery's next range, read while its consumer waits for an ack to
+        # be durable (see Subscription.read_ahead): where it starts, and the read
+        self._read_ahead: tuple[Position, asyncio.Task[list[Row] | None]] | None = None
+        self._read_size = 0  # rows the last ordered delivery read at once
         # key_shared only: keys of pending and replay positions, and per receive pass the
         # consumer holding each key's unacknowledged messages and the keys waiting in replay.
         self._keys: dict[Position, str | None] = {}
@@ -78,6 +82,18 @@ class SubscriptionState:
         self._txn_acks: dict[Position, TxnId] = {}
         self._txn_cumulative: dict[TxnId, Position] = {}
         self._lock = asyncio.Lock()
+
+    def drop_read_ahead(self) -> None:
+        """Forget the range read ahead, cancelling the read if it still runs (a seek, the
+        subscription's or its topic's deletion, the engine's close)."""
+        pending, self._read_ahead = self._read_ahead, None
+        if pending is None:
+            return
+        task = pending[1]
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()  # a failed read ahead is nobody's error: the next read retries
 
     # -- limits and persistence ------------------------------------------------------
 
@@ -242,6 +258,7 @@ class SubscriptionState:
         self.cursor.reset(mark_delete)
         self._skipped.clear()
         self._ahead = []
+        self.drop_read_ahead()
         self._pending.clear()
         self._pending_max = -1
         self._replay.clear()

@@ -126,6 +126,7 @@ class SubscriptionRegistry:
         """Forget a deleted subscription (after its deletion is durable)."""
         self._subscriptions.pop((subscription.topic.name, subscription.name), None)
         subscription.deleted = True
+        subscription.drop_read_ahead()
         subscription.topic.notify()
 
     @staticmethod
@@ -136,7 +137,9 @@ class SubscriptionRegistry:
     def remove_topic(self, topic: str) -> None:
         """Forget every subscription of a deleted topic."""
         for key in [k for k in self._subscriptions if k[0] == topic]:
-            self._subscriptions.pop(key).deleted = True
+            subscription = self._subscriptions.pop(key)
+            subscription.deleted = True
+            subscription.drop_read_ahead()
 
     def expire(self, now: float, expiry: float) -> None:
         """Detach consumers that have not polled for ``expiry`` seconds."""
@@ -147,6 +150,7 @@ class SubscriptionRegistry:
         """Make every waiting receiver leave (the engine is closing or failed)."""
         for subscription in self._subscriptions.values():
             subscription.closed = True
+            subscription.drop_read_ahead()
             subscription.topic.notify()
 
     def hold_open_acks(self, records: Iterable[TxnRecord]) -> None:
