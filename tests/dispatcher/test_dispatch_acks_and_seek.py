@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from support import drain, make_topics, positions, values
@@ -219,3 +220,27 @@ async def test_ack_is_counted_per_position_named(engine: Engine) -> None:
     assert await sub.ack(sent) == 3
     assert await sub.ack(str(sent[0])) == 1  # re-acking is harmless
     assert _sub_stats(await engine.stats("t"))["mark_delete"] == str(sent[2])
+
+
+async def test_a_seek_while_a_receive_reads_wins_over_that_read(engine: Engine) -> None:
+    await _setup(engine)  # m0..m4
+    sub = await engine.subscribe("t", "s")
+    assert values(await sub.receive(max=5, timeout=1.0)) == [f"m{i}" for i in range(5)]
+    await engine.send_many("t", [f"m{i}" for i in range(5, 25)])
+    ledger = engine._topics["t"].ledger
+    original = ledger.read_rows
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def stalled(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
+        entered.set()
+        await release.wait()  # a slow disk: the receive is in this read
+        return await original(start, end, limit)
+
+    ledger.read_rows = stalled  # type: ignore[method-assign]
+    receiving = asyncio.create_task(sub.receive(max=100, timeout=5.0))
+    await asyncio.wait_for(entered.wait(), timeout=5.0)
+    await sub.seek("earliest")
+    release.set()
+    got = await asyncio.wait_for(receiving, timeout=5.0)
+    # the read that was under way (from m5 on) gave way to the seek
+    assert values(got) == [f"m{i}" for i in range(25)]
