@@ -469,7 +469,10 @@ class Subscription(SubscriptionState):
             self.drop_read_ahead()
             return None
         self._read_ahead = None
-        rows = await pending[1]
+        try:
+            rows = await pending[1]
+        except Exception:  # noqa: BLE001 - the caller reads again: that read says what fails
+            return None
         if rows and rows[-1][:2] > limit:
             return None
         return rows

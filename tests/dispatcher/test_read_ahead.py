@@ -162,3 +162,24 @@ async def test_a_delete_or_close_cancels_a_read_ahead_still_running(data_dir: Pa
         assert errors == []
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_a_read_ahead_that_failed_is_read_again(engine: Engine) -> None:
+    await engine.create_topic(TOPIC)
+    expected = await _fill(engine, 12)
+    sub = await engine.subscribe(TOPIC, "s")
+    first = await sub.receive(max=4, timeout=1.0)
+    ledger = engine._topics[TOPIC].ledger
+    original = ledger.read_rows
+    failures = []
+
+    async def failing_once(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
+        ledger.read_rows = original  # type: ignore[method-assign]
+        failures.append(start)
+        raise OSError("an I/O error, this once")
+
+    ledger.read_rows = failing_once  # type: ignore[method-assign]
+    await sub.ack(first[-1].position, cumulative=True)  # its read ahead fails
+    rest = await sub.receive(max=100, timeout=1.0)
+    assert failures  # the read ahead did fail
+    assert [m.value for m in first + rest] == expected
