@@ -69,8 +69,7 @@ class SubscriptionState:
         # be durable (see Subscription.read_ahead): where it starts, and the read
         self._read_ahead: tuple[Position, asyncio.Task[list[Row] | None]] | None = None
         self._read_size = 0  # rows the last ordered delivery read at once
-        self.seeks = 0
-        """Counts :meth:`seek` calls: a delivery that awaited sees whether one came in."""
+        self._seeks = 0  # counts seek() calls: a delivery that awaited sees one came in
         # key_shared only: keys of pending and replay positions, and per receive pass the
         # consumer holding each key's unacknowledged messages and the keys waiting in replay.
         self._keys: dict[Position, str | None] = {}
@@ -258,7 +257,7 @@ class SubscriptionState:
                 mark_delete = last
                 start = Position(last.ledger_id, last.entry_id + 1)
         self.cursor.reset(mark_delete)
-        self.seeks += 1
+        self._seeks += 1
         self._skipped.clear()
         self._ahead = []
         self.drop_read_ahead()

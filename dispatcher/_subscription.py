@@ -362,7 +362,7 @@ class Subscription(SubscriptionState):
             if limit is None or self.read_position > limit:
                 break
             remaining = max_messages - len(out)
-            seeks = self.seeks
+            seeks = self._seeks
             rows: list[Row] | None = None
             if ordered and budget[0] < 0:
                 # Read a little more than is missing (markers and aborted entries are
@@ -378,7 +378,7 @@ class Subscription(SubscriptionState):
                     break
             made = len(out)
             await step.wait_turn()
-            if self.seeks != seeks:
+            if self._seeks != seeks:
                 continue  # a seek came in while this read or waited: go on from its position
             if rows is not None:
                 if self._deliver_rows(rows, consumer, remaining, out):
@@ -399,7 +399,7 @@ class Subscription(SubscriptionState):
                     break
                 scanned += len(entries)
                 await step.wait_turn()
-                if self.seeks != seeks:
+                if self._seeks != seeks:
                     continue
             for entry in entries:
                 position = entry.position
