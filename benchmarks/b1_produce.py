@@ -29,6 +29,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from api import Engine, EngineConfig
 
@@ -115,16 +116,22 @@ _CEILING_INSERT = (
 )
 
 
+def _ceiling_db(path: Path) -> sqlite3.Connection:
+    """A new SQLite file set up as the ceiling writes it: WAL, FULL, the entries table."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA cache_size=-65536")  # as the engine's writer
+    conn.execute(_CEILING_DDL)
+    return conn
+
+
 def measure_ceiling(batches: list[list[bytes]]) -> float:
     """Messages/s of the same transactions written straight to SQLite (one COMMIT each)."""
     count = sum(len(b) for b in batches)
     with fresh_dir("ceiling") as path:
-        conn = sqlite3.connect(path / "ceiling.db", isolation_level=None)
+        conn = _ceiling_db(path / "ceiling.db")
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA cache_size=-65536")  # as the engine's writer
-            conn.execute(_CEILING_DDL)
             collect_garbage()
             started = time.perf_counter()
             entry_id = 0
@@ -153,11 +160,8 @@ def measure_commit_us(idle_us: int, commits: int = _FSYNC_COMMITS) -> float:
     clock = time.perf_counter_ns
     costs: list[int] = []
     with fresh_dir("fsync") as path:
-        conn = sqlite3.connect(path / "fsync.db", isolation_level=None)
+        conn = _ceiling_db(path / "fsync.db")
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_CEILING_DDL)
             value = bytes(VALUE_SIZE)
             for txn in range(commits):
                 rows = [(0, 0, txn * 10 + i, 0, txn, value) for i in range(10)]

@@ -51,6 +51,7 @@ _READ_CHUNK = 500
 _MAX_ROWS = 12_000  # rows read at once by an ordered delivery (receive takes up to 10,000)
 _NOTHING: frozenset[int] = frozenset()
 _KEY_SHARED_LOOKAHEAD = 2000
+_ORDERED = (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)  # one consumer at a time
 
 
 _new_tuple = tuple.__new__
@@ -308,7 +309,7 @@ class Subscription(SubscriptionState):
     ) -> None:
         if consumer not in self.consumers:
             return  # detached (closed) while waiting
-        ordered = self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+        ordered = self.type in _ORDERED
         if ordered and next(iter(self.consumers), None) != consumer:
             return  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
@@ -376,16 +377,7 @@ class Subscription(SubscriptionState):
                     rows = await ledger.read_rows(self.read_position, limit, self._read_size)
                 if rows is not None and not rows:
                     break
-            made = len(out)
-            await step.wait_turn()
-            if self._seeks != seeks:
-                continue  # a seek came in while this read or waited: go on from its position
-            if rows is not None:
-                if self._deliver_rows(rows, consumer, remaining, out):
-                    step.spend(len(out) - made)
-                    continue
-                entries = [decode_row(row) for row in rows]  # the general path below
-            else:
+            if rows is None:
                 if self.type is SubscriptionType.KEY_SHARED:
                     if scanned >= _KEY_SHARED_LOOKAHEAD:
                         break
@@ -398,9 +390,15 @@ class Subscription(SubscriptionState):
                 if not entries:
                     break
                 scanned += len(entries)
-                await step.wait_turn()
-                if self._seeks != seeks:
+            made = len(out)
+            await step.wait_turn()
+            if self._seeks != seeks:
+                continue  # a seek came in while this read or waited: go on from its position
+            if rows is not None:
+                if self._deliver_rows(rows, consumer, remaining, out):
+                    step.spend(len(out) - made)
                     continue
+                entries = [decode_row(row) for row in rows]  # the general path below
             for entry in entries:
                 position = entry.position
                 if ordered and len(out) >= max_messages:
@@ -444,7 +442,7 @@ class Subscription(SubscriptionState):
             or self._lock.locked()
             or self.closed
             or self.deleted
-            or self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+            or self.type not in _ORDERED
         ):
             return
         limit = self.read_limit
