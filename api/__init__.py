@@ -2,12 +2,12 @@
 and the one error tree rooted at :class:`EngineError`.
 
 Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpackages
-``api.http``, ``api.client``, ``api.cli`` and ``api.spark``, and use only what this
-module exports.
+``txnstream.api.http``, ``.client``, ``.cli`` and ``.spark``, and use only what this module
+exports. ``txnstream`` itself re-exports this surface.
 """
 
-from dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
-from ledger import (
+from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
+from txnstream.ledger import (
     DB_FILE,
     AckConflictError,
     ClosedError,
@@ -42,7 +42,7 @@ from ledger import (
     TxnStreamTransportError,
     validate_name,
 )
-from txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
+from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
 from ._config import EngineConfig
 from ._core import EngineState, Health, Principal, ProduceResult

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dispatcher import SubscriptionRegistry
-from ledger import (
+from txnstream.dispatcher import SubscriptionRegistry
+from txnstream.ledger import (
     Catalog,
     InvalidArgumentError,
     ManagedLedger,
@@ -15,14 +15,14 @@ from ledger import (
     now_ms,
     validate_name,
 )
-from snapshots import (
+from txnstream.snapshots import (
     SnapshotState,
     has_unsealed_segments,
     prepare_delete_topic,
     prepare_snapshot,
     take_snapshot,
 )
-from txn_buffer import Topic, TxnBuffer
+from txnstream.txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
 from ._core import EngineCore
@@ -33,7 +33,7 @@ log = logging.getLogger("txnstream.engine")
 
 
 class TopicAdmin(EngineCore):
-    """The engine's topic administration (a part of :class:`~api.Engine`)."""
+    """The engine's topic administration (a part of :class:`~txnstream.api.Engine`)."""
 
     async def create_topic(self, name: str) -> bool:
         """Create ``name`` if it does not exist; True if it was created (idempotent)."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ledger import InvalidArgumentError, normalize_url, pack, unpack
+from txnstream.ledger import InvalidArgumentError, normalize_url, pack, unpack
 
 MiB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """Settings of one :class:`~api.Engine`. ``EngineConfig()`` gives the defaults.
+    """Settings of one :class:`~txnstream.api.Engine`. ``EngineConfig()`` gives the defaults.
 
     ``durability="full"`` (SQLite ``synchronous=FULL``) makes an acknowledged write
     survive power loss. ``"normal"`` (``synchronous=NORMAL`` in WAL mode) survives a

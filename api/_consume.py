@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from dispatcher import FetchResult, Message, Subscription, fetch
-from ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
-from txn_buffer import PendingAck
+from txnstream.dispatcher import FetchResult, Message, Subscription, fetch
+from txnstream.ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
+from txnstream.txn_buffer import PendingAck
 
 from ._core import EngineCore, EngineState, PositionsArg, PrincipalArg, parse_positions
 
@@ -14,7 +14,7 @@ _MAX_RECEIVE = 10_000
 
 
 class Consuming(EngineCore):
-    """The engine's consuming side (a part of :class:`~api.Engine`)."""
+    """The engine's consuming side (a part of :class:`~txnstream.api.Engine`)."""
 
     def _subscription(self, topic: str, name: str) -> Subscription:
         self._topic(topic)

@@ -1,8 +1,8 @@
 """The engine's state and the checks every call starts with (shared by its parts).
 
-:class:`EngineCore` holds what an open engine owns; the :class:`~api.Engine` facade is
-assembled from it and its parts (topic administration in :mod:`api._admin`, consuming
-in :mod:`api._consume`), which call each other only through these attributes.
+:class:`EngineCore` holds what an open engine owns; the :class:`~txnstream.api.Engine` facade is
+assembled from it and its parts (topic administration in :mod:`txnstream.api._admin`, consuming
+in :mod:`txnstream.api._consume`), which call each other only through these attributes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from dispatcher import SubscriptionRegistry
-from ledger import (
+from txnstream.dispatcher import SubscriptionRegistry
+from txnstream.ledger import (
     ClosedError,
     EngineFailedError,
     FencedError,
@@ -30,8 +30,8 @@ from ledger import (
     TxnId,
     validate_name,
 )
-from snapshots import SnapshotState
-from txn_buffer import Coordinator, Topic, TxnRecord
+from txnstream.snapshots import SnapshotState
+from txnstream.txn_buffer import Coordinator, Topic, TxnRecord
 
 from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
 from ._metrics import EngineMetrics

@@ -9,11 +9,12 @@ OPEN``: the engine reopens its store and recovers in place, with backoff (or goe
 full (:class:`InsufficientStorageError`, health ``degraded``); reads go on.
 
 Work lives in the layers; this module wires it. The engine's state and call checks are
-:class:`~api._core.EngineCore`; producing (:mod:`api._produce`), topic administration
-(:mod:`api._admin`) and consuming (:mod:`api._consume`) are its parts; recovery is
-:mod:`api._recovery`, background upkeep :mod:`api._maintenance`, statistics
-:mod:`api._stats`, and the handles it returns :mod:`api._handles`. This module keeps
-lifecycle, task ownership and transactions.
+:class:`~txnstream.api._core.EngineCore`; producing (:mod:`txnstream.api._produce`), topic
+administration (:mod:`txnstream.api._admin`) and consuming (:mod:`txnstream.api._consume`)
+are its parts; recovery is :mod:`txnstream.api._recovery`, background upkeep
+:mod:`txnstream.api._maintenance`, statistics :mod:`txnstream.api._stats`, and the handles it
+returns :mod:`txnstream.api._handles`. This module keeps lifecycle, task ownership and
+transactions.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from dispatcher import SubscriptionRegistry
-from ledger import (
+from txnstream.dispatcher import SubscriptionRegistry
+from txnstream.ledger import (
     DB_FILE,
     ClosedError,
     FencedError,
@@ -36,8 +37,8 @@ from ledger import (
     TxnId,
     WriteBatch,
 )
-from snapshots import is_due, take_snapshot
-from txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
+from txnstream.snapshots import is_due, take_snapshot
+from txnstream.txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 
 from . import _gc as gc_policy
 from ._admin import TopicAdmin

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from dispatcher import Message
-from ledger import ClosedError, InvalidArgumentError, OutgoingMessage, Position, TxnId
-from txn_buffer import TxnInfo, TxnState
+from txnstream.dispatcher import Message
+from txnstream.ledger import ClosedError, InvalidArgumentError, OutgoingMessage, Position, TxnId
+from txnstream.txn_buffer import TxnInfo, TxnState
 
 if TYPE_CHECKING:
     from ._engine import Engine

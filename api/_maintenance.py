@@ -1,6 +1,6 @@
 """Background upkeep the engine schedules: retention and low-watermark aborts.
 
-Both only *prepare* writes into a :class:`~ledger.WriteBatch`; the engine's loops submit
+Both only *prepare* writes into a :class:`~txnstream.ledger.WriteBatch`; the engine's loops submit
 them, so in-memory state changes ride the batch's durable callbacks as everywhere else.
 """
 
@@ -10,9 +10,9 @@ import itertools
 import logging
 from collections.abc import Iterable
 
-from dispatcher import Subscription
-from ledger import EntryKind, Position, WriteBatch, now_ms
-from txn_buffer import Topic
+from txnstream.dispatcher import Subscription
+from txnstream.ledger import EntryKind, Position, WriteBatch, now_ms
+from txnstream.txn_buffer import Topic
 
 from ._config import RetentionPolicy
 

@@ -172,7 +172,7 @@ class EngineMetrics:
 
     def observe_health(self, health: Any) -> None:
         """Set ``txnstream_engine_up`` (1 while writes are accepted) and the one-hot
-        ``txnstream_engine_health{status,reason}`` from an :class:`~api.Health`."""
+        ``txnstream_engine_health{status,reason}`` from an :class:`~txnstream.api.Health`."""
         self.engine_up.set(1 if health.status == "ok" else 0)
         self.engine_health.clear()
         self.engine_health.labels(health.status, health.reason or "").set(1)

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     Catalog,
     InvalidArgumentError,
     LedgerInfo,
@@ -34,7 +34,7 @@ from ledger import (
     now_ms,
     sidecar_url,
 )
-from txn_buffer import Topic
+from txnstream.txn_buffer import Topic
 
 from ._config import OffloadPolicy
 from ._core import EngineCore
@@ -43,7 +43,7 @@ log = logging.getLogger("txnstream.engine")
 
 
 class Offloading(EngineCore):
-    """The engine's tiered storage (a part of :class:`~api.Engine`)."""
+    """The engine's tiered storage (a part of :class:`~txnstream.api.Engine`)."""
 
     def _check_offload_configured(self) -> None:
         if self._remote.base_url is None:

@@ -1,8 +1,8 @@
 """Producing: plain, idempotent, pipelined-transactional and multi-topic atomic appends.
 
-Every append is *prepared* into one :class:`~ledger.WriteBatch` with no ``await`` in
+Every append is *prepared* into one :class:`~txnstream.ledger.WriteBatch` with no ``await`` in
 between (positions are assigned in call order and reach the writer in that order) and
-is durable when the batch is; see :mod:`ledger._store`.
+is durable when the batch is; see :mod:`txnstream.ledger._store`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from time import time_ns
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     PACK_ERRORS,
     FencedError,
     InvalidArgumentError,
@@ -28,7 +28,7 @@ from ledger import (
     now_ms,
     value_packer,
 )
-from txn_buffer import TopicLane, TxnRecord, TxnState, scoped_name
+from txnstream.txn_buffer import TopicLane, TxnRecord, TxnState, scoped_name
 
 from ._core import (
     EngineCore,
@@ -123,7 +123,7 @@ def _check_text(text: str) -> None:
 
 
 class Producing(EngineCore):
-    """The engine's producing side (a part of :class:`~api.Engine`)."""
+    """The engine's producing side (a part of :class:`~txnstream.api.Engine`)."""
 
     async def produce(
         self,
@@ -212,7 +212,7 @@ class Producing(EngineCore):
         path, with no per-send batch, future, callback or coroutine of its own.
 
         None (nothing done) when the store holds writes back (backpressure, or a failed
-        store): await :meth:`~ledger.Store.wait_writable`, then call again.
+        store): await :meth:`~txnstream.ledger.Store.wait_writable`, then call again.
         """
         encoded = encode_message(value, key, properties, self.config.max_message_bytes)
         store = self.store

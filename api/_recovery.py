@@ -18,10 +18,18 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from dispatcher import SubscriptionRegistry
-from ledger import Catalog, EngineError, EntryKind, ManagedLedger, OffloadStore, Store, WriteBatch
-from snapshots import SnapshotState, recover_topic
-from txn_buffer import Coordinator, ProducerState, Topic, TxnRecord, TxnState
+from txnstream.dispatcher import SubscriptionRegistry
+from txnstream.ledger import (
+    Catalog,
+    EngineError,
+    EntryKind,
+    ManagedLedger,
+    OffloadStore,
+    Store,
+    WriteBatch,
+)
+from txnstream.snapshots import SnapshotState, recover_topic
+from txnstream.txn_buffer import Coordinator, ProducerState, Topic, TxnRecord, TxnState
 
 from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     DB_FILE,
     Catalog,
     DrillError,
@@ -26,8 +26,8 @@ from ledger import (
     Store,
     TxnId,
 )
-from snapshots import full_replay, recover
-from txn_buffer import TxnBuffer
+from txnstream.snapshots import full_replay, recover
+from txnstream.txn_buffer import TxnBuffer
 
 from ._config import EngineConfig
 

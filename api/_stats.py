@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher import Subscription
-from ledger import Position, ms_to_datetime
-from snapshots import SnapshotState
-from txn_buffer import Topic
+from txnstream.dispatcher import Subscription
+from txnstream.ledger import Position, ms_to_datetime
+from txnstream.snapshots import SnapshotState
+from txnstream.txn_buffer import Topic
 
 from ._config import OffloadPolicy, RetentionPolicy
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from .core import (
     VALUE_SIZE,

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from .core import (
     Figure,

@@ -15,7 +15,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from .core import (
     VALUE_SIZE,

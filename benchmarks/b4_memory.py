@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from .core import (
     REPO_ROOT,

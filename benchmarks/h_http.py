@@ -6,7 +6,7 @@ Run alone: ``.venv/bin/python -m benchmarks.h_http [--quick] [--runs N] [--json]
 
 Servers (real uvicorn processes on a free loopback port, killed in ``finally``):
 
-* the txnstream app: ``python -m api serve --data TMP --host 127.0.0.1 --port P
+* the txnstream app: ``python -m txnstream serve --data TMP --host 127.0.0.1 --port P
   --log-level warning`` (default durability ``full``), a fresh data directory per run;
 * H0: ``python -m uvicorn benchmarks.h0_app:app --host 127.0.0.1 --port P --log-level
   warning --no-access-log --timeout-keep-alive 30``: the uvicorn settings ``serve`` uses
@@ -70,7 +70,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api import Engine, EngineConfig, OutgoingMessage
 from benchmarks.core import (
     VALUE_SIZE,
     Figure,
@@ -90,6 +89,7 @@ from benchmarks.http_support import (
     server_process,
     txnstream_argv,
 )
+from txnstream.api import Engine, EngineConfig, OutgoingMessage
 
 H2_WARMUP = 10
 WARMUP_OPS = 2 * CONCURRENCY

@@ -100,7 +100,7 @@ def server_process(
 def txnstream_argv(data: Path) -> Callable[[int], list[str]]:
     """``txnstream serve`` on ``data`` (default durability: full)."""
     return lambda port: [
-        *(sys.executable, "-m", "api", "serve", "--data", str(data)),
+        *(sys.executable, "-m", "txnstream", "serve", "--data", str(data)),
         *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
     ]
 

@@ -57,8 +57,8 @@ from typing import Any
 
 import aiosqlite
 
-from api import Engine, EngineConfig
 from benchmarks.core import REPO_ROOT, make_values, progress
+from txnstream.api import Engine, EngineConfig
 
 TXN_SIZE = 10
 PAGE = 1000

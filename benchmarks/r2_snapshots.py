@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api import Engine, EngineConfig
 from benchmarks.core import Figure, Target, collect_garbage, progress, stall_phase
-from ledger import EntryKind, Position, TxnId, WriteBatch
-from snapshots import SEGMENT_SIZE, take_snapshot
-from txn_buffer import AbortedTxn, Topic
+from txnstream.api import Engine, EngineConfig
+from txnstream.ledger import EntryKind, Position, TxnId, WriteBatch
+from txnstream.snapshots import SEGMENT_SIZE, take_snapshot
+from txnstream.txn_buffer import AbortedTxn, Topic
 
 R2_SNAPSHOTS = 20
 R2_ABORTS_BETWEEN = 10

@@ -70,10 +70,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import api._engine
-import snapshots._replay
-import snapshots._store
-from api import Engine, EngineConfig, OutgoingMessage
 from benchmarks.core import (
     Figure,
     Target,
@@ -84,9 +80,13 @@ from benchmarks.core import (
     resolve,
 )
 from benchmarks.r2_snapshots import r2
-from dispatcher import SubscriptionRegistry
-from ledger import ManagedLedger, Store
-from txn_buffer import Coordinator
+from txnstream.api import Engine, EngineConfig, OutgoingMessage
+from txnstream.api import _engine as api_engine
+from txnstream.dispatcher import SubscriptionRegistry
+from txnstream.ledger import ManagedLedger, Store
+from txnstream.snapshots import _replay as snapshots_replay
+from txnstream.snapshots import _store as snapshots_store
+from txnstream.txn_buffer import Coordinator
 
 TOPIC = "r1"
 DB_FILE = "txnstream.db"
@@ -216,13 +216,13 @@ async def timed_open(path: Path, phases: dict[str, float] | None = None) -> Open
 _PHASES: tuple[tuple[Any, str, str], ...] = (
     (Store, "open", "store open (connections, pragmas, schema)"),
     (ManagedLedger, "open", "ManagedLedger.open (seal/count the unsealed ledger)"),
-    (snapshots._replay, "load_snapshot", "recover: load snapshot + segments"),
-    (snapshots._replay, "replay", "recover: replay entries (tail or all)"),
-    (snapshots._store, "recover", "recover() total"),
-    (api._engine, "load_topics", "_load_topics total"),
+    (snapshots_replay, "load_snapshot", "recover: load snapshot + segments"),
+    (snapshots_replay, "replay", "recover: replay entries (tail or all)"),
+    (snapshots_store, "recover", "recover() total"),
+    (api_engine, "load_topics", "_load_topics total"),
     (Coordinator, "load", "Coordinator.load (txns table)"),
     (SubscriptionRegistry, "load", "_load_subscriptions"),
-    (api._engine, "reconcile", "_reconcile"),
+    (api_engine, "reconcile", "_reconcile"),
 )
 
 

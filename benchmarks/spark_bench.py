@@ -64,7 +64,7 @@ def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
 
 def populate(path: Path, committed: int) -> int:
     """``committed`` committed messages plus aborted ones (every tenth transaction)."""
-    from api import Engine, EngineConfig, OutgoingMessage
+    from txnstream.api import Engine, EngineConfig, OutgoingMessage
 
     async def main() -> int:
         async with Engine.open(path, EngineConfig(durability="normal")) as engine:
@@ -90,7 +90,7 @@ def ceiling_read(path: Path) -> int:
     """Committed data rows straight from SQLite into pyarrow (raw columns, no decoding)."""
     import pyarrow as pa
 
-    from ledger import DB_FILE
+    from txnstream.ledger import DB_FILE
 
     conn = sqlite3.connect(f"file:{path / DB_FILE}?mode=ro", uri=True)
     try:
@@ -121,7 +121,7 @@ def ceiling_read(path: Path) -> int:
 
 
 def ceiling_write(path: Path, rows: int) -> None:
-    from api import Engine, EngineConfig, OutgoingMessage
+    from txnstream.api import Engine, EngineConfig, OutgoingMessage
 
     async def main() -> None:
         async with Engine.open(path, EngineConfig()) as engine:
@@ -157,7 +157,7 @@ def server(path: Path) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(repo)}
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "api", "serve", "--data", str(path), "--port", str(port)),
+            *(sys.executable, "-m", "txnstream", "serve", "--data", str(path), "--port", str(port)),
             *("--log-level", "warning", "--durability", "normal"),
         ],
         env=env,
@@ -191,7 +191,7 @@ def spark_session() -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from api.spark import TxnStreamDataSource
+    from txnstream.api.spark import TxnStreamDataSource
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -310,7 +310,7 @@ def _s1(
 def _s2(spark: Any, work: Path, rows: int, base: float) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
-    from api import Engine, EngineConfig
+    from txnstream.api import Engine, EngineConfig
 
     out = []
     frame = spark.range(0, rows, numPartitions=WRITE_PARTITIONS).select(

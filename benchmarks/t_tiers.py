@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from .core import (
     REPO_ROOT,

@@ -25,7 +25,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from api import Engine, EngineConfig, SubscriptionHandle
+from txnstream.api import Engine, EngineConfig, SubscriptionHandle
 
 from .core import (
     Figure,

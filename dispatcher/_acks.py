@@ -1,7 +1,7 @@
 """A subscription's state and its acknowledgement rules: the cursor, what is delivered
 and unacknowledged, what waits for redelivery, and acks held by open transactions.
 
-:class:`~dispatcher.Subscription` adds consumers and delivery on top. Acknowledged
+:class:`~txnstream.dispatcher.Subscription` adds consumers and delivery on top. Acknowledged
 positions go to the cursor (individual acks above its mark-delete position, cumulative
 acks move it); a transactional ack holds its positions until the transaction ends.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from sortedcontainers import SortedSet
 
-from ledger import (
+from txnstream.ledger import (
     AckConflictError,
     InvalidArgumentError,
     Position,
@@ -22,7 +22,7 @@ from ledger import (
     TxnId,
     WriteBatch,
 )
-from txn_buffer import Topic
+from txnstream.txn_buffer import Topic
 
 from ._cursor import Cursor
 from ._message import Consumer, Isolation, SubscriptionType, key_position, position_key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedSet
 
-from ledger import ManagedLedger, Position, pack, unpack
+from txnstream.ledger import ManagedLedger, Position, pack, unpack
 
 
 class Cursor:

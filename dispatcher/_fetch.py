@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     Entry,
     EntryKind,
     InvalidArgumentError,
@@ -23,7 +23,7 @@ from ledger import (
     TxnId,
     ms_to_datetime,
 )
-from txn_buffer import Topic
+from txnstream.txn_buffer import Topic
 
 from ._message import Isolation, parse_enum
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger import InvalidArgumentError, Position, TxnId, ms_to_datetime
+from txnstream.ledger import InvalidArgumentError, Position, TxnId, ms_to_datetime
 
 
 class SubscriptionType(enum.StrEnum):
@@ -41,7 +41,7 @@ class Message(tuple):  # type: ignore[type-arg]
     ``publish_time`` and ``redelivery_count``, read-only.
 
     Underneath it is a tuple holding one plain tuple of seven: the decoded body ``key,
-    properties, publish_time, value`` (see :func:`ledger.decode_payloads`), the position
+    properties, publish_time, value`` (see :func:`txnstream.ledger.decode_payloads`), the position
     as one int (ledger id above bit 64, entry id below: the int the subscription keys
     its pending set with), the transaction's seq and the count; the fields are computed
     when read. A delivery batch makes its messages without a Python call per message.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from ledger import (
+from txnstream.ledger import (
     InvalidArgumentError,
     Position,
     Store,
@@ -21,7 +21,7 @@ from ledger import (
     now_ms,
     validate_name,
 )
-from txn_buffer import Topic, TxnRecord
+from txnstream.txn_buffer import Topic, TxnRecord
 
 from ._cursor import Cursor
 from ._message import Isolation, SubscriptionType, parse_enum

@@ -24,7 +24,7 @@ import zlib
 from itertools import repeat
 from operator import add, itemgetter
 
-from ledger import (
+from txnstream.ledger import (
     ClosedError,
     ConsumerBusyError,
     Entry,

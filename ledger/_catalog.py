@@ -1,14 +1,14 @@
 """The catalog: the ledger layer's rows about topics (topics, producers, aborted index).
 
 Every table that describes a topic's log belongs to this layer: ``topics``, ``ledgers``
-and ``entries`` (the latter two written by :class:`~ledger.ManagedLedger`),
+and ``entries`` (the latter two written by :class:`~txnstream.ledger.ManagedLedger`),
 ``producers`` (idempotent-producer state, durable in the same batch as the data it
 describes) and ``aborted_txns`` (Kafka's per-ledger aborted-transaction index, written
 in the batch of the ABORT marker). Upper layers own their own tables — the coordinator
 ``txns``/``finish_keys``, the dispatcher ``subscriptions``, snapshots ``snapshots`` and
 ``snapshot_segments`` — and never write these.
 
-Methods named ``prepare_*`` add statements to a :class:`~ledger.WriteBatch` (durable
+Methods named ``prepare_*`` add statements to a :class:`~txnstream.ledger.WriteBatch` (durable
 with whatever else the batch carries); the ``async`` ones read through the store.
 """
 

@@ -2,7 +2,7 @@
 
 Every error the engine raises on purpose derives from :class:`EngineError`; the HTTP
 layer maps each class to a status and a contract code in one table (``api/http/_errors.py``);
-the HTTP client (``api.client``) raises the other way round, a status and code as
+the HTTP client (``txnstream.api.client``) raises the other way round, a status and code as
 :class:`TxnStreamHttpError`::
 
     * EngineError                     root
@@ -160,7 +160,7 @@ class TxnStreamSourceError(EngineError):
 
 
 class TxnStreamHttpError(EngineError):
-    """An error answer of a txnstream server, raised by the HTTP client (``api.client``).
+    """An error answer of a txnstream server, raised by the HTTP client (``txnstream.api.client``).
 
     ``status`` is the HTTP status, ``code`` the contract's error code (``not_found``,
     ``txn_not_open``, ...; ``unknown`` when the body was not an error envelope) and

@@ -3,8 +3,8 @@
 Positions are assigned when an append is *prepared* (synchronously, in call order) and
 become readable once the batch is durable. A new ledger starts on rollover (entry count
 or bytes) and on every open, as in Pulsar's managed ledger; an empty ledger left by the
-previous run is dropped on open. Reads are :class:`~ledger._reads.LedgerReads`; the
-remote tier and offload bookkeeping are :class:`~ledger._tiers.LedgerTiers`.
+previous run is dropped on open. Reads are :class:`~txnstream.ledger._reads.LedgerReads`; the
+remote tier and offload bookkeeping are :class:`~txnstream.ledger._tiers.LedgerTiers`.
 """
 
 from __future__ import annotations

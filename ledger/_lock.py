@@ -4,7 +4,7 @@
 store. The kernel drops it when the holder exits, ``kill -9`` included, so a stale file
 never blocks a restart; the holder's pid is written into the file to name it in the
 error a second opener gets. A store's writer process inherits the lock (see
-:mod:`ledger._writer_process`), so after a ``kill -9`` of the owner the lock lives on
+:mod:`txnstream.ledger._writer_process`), so after a ``kill -9`` of the owner the lock lives on
 for the moment the child takes to finish its flush and exit: a restart waits for that
 (:meth:`DirectoryLock.acquire_when_free`) when the pid in the file has no process.
 Separate opens conflict even within one process, so two engines in one process are

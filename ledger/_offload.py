@@ -223,7 +223,7 @@ class OffloadStore:
         """Upload ledger ``ledger_id`` of ``topic`` (and its sidecar when ``index`` has
         rows), then read both back to verify size and checksum. An object left at the
         same name by an interrupted earlier attempt is replaced. Raises
-        :class:`~ledger.LedgerError` (or the store's ``OSError``) on failure."""
+        :class:`~txnstream.ledger.LedgerError` (or the store's ``OSError``) on failure."""
         url = self.ledger_url(topic, ledger_id)
         data = _parquet_bytes(ledger_table(ledger_id, rows, aborted), _row_group_rows(rows))
         checksum = self._upload(url, data)

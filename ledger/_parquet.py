@@ -1,7 +1,7 @@
 """The Parquet format of offloaded ledgers: one row per entry (the Spark source's columns
 plus ``kind``, ``aborted`` and, for values the other columns cannot carry exactly,
 ``payload``), and the aborted-index sidecar. Pure data conversion, no I/O: the object
-store is :mod:`ledger._offload`.
+store is :mod:`txnstream.ledger._offload`.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _row_group_rows(rows: Sequence[RawRow]) -> int:
 def ledger_table(ledger_id: int, rows: Sequence[RawRow], aborted: Collection[int]) -> Any:
     """The Arrow table of one ledger's entries (``rows`` in entry order, ids 0..n-1);
     ``aborted``: the sequences of its aborted transactions. Raises
-    :class:`~ledger.CorruptEntryError` for a payload that does not decode."""
+    :class:`~txnstream.ledger.CorruptEntryError` for a payload that does not decode."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     entry_ids: list[int] = []

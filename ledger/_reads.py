@@ -1,6 +1,6 @@
 """Reading a topic's log across both tiers: ranges, exact positions, counts, and
 entry metadata for replay. Local ledgers are one SQLite query each; ranges that reach
-the remote tier read its objects in a worker thread (see :mod:`ledger._tiers`).
+the remote tier read its objects in a worker thread (see :mod:`txnstream.ledger._tiers`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _hand_out(
 
 
 class LedgerReads(LedgerTiers):
-    """The reads of :class:`~ledger.ManagedLedger`: durable entries only."""
+    """The reads of :class:`~txnstream.ledger.ManagedLedger`: durable entries only."""
 
     # -- reading -------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The writer's SQL work, shared by the writer thread and the writer process.
 
 This file also runs on its own, as the writer process's program (``python -I
-_sqlwriter.py DB SYNCHRONOUS``; see :mod:`ledger._writer_process`), so it imports
+_sqlwriter.py DB SYNCHRONOUS``; see :mod:`txnstream.ledger._writer_process`), so it imports
 nothing from this package: only the standard library and msgpack.
 
 The process protocol, over the child's stdin and stdout:

@@ -193,7 +193,7 @@ class Store:
     ) -> Store:
         """Open (creating if needed) the database at ``path`` and start the writer: a
         thread of this process, or with ``writer_process`` a child process (see
-        :mod:`ledger._writer_process`).
+        :mod:`txnstream.ledger._writer_process`).
 
         Takes the directory's owner lock first (:class:`DirectoryLock`): a second opener
         gets :class:`DataDirLockedError` before anything is read or written.

@@ -1,9 +1,9 @@
 """The two tiers of a topic's ledger list: the bookkeeping every part of
-:class:`~ledger.ManagedLedger` shares, and the remote tier (the offload switch, remote
+:class:`~txnstream.ledger.ManagedLedger` shares, and the remote tier (the offload switch, remote
 reads in a worker thread, the KIP-1058 aborted index).
 
 Two tiers, one log. A sealed, decided ledger may be *offloaded*: its entries then live
-in one object of an :class:`~ledger.OffloadStore` (Parquet) and its row says
+in one object of an :class:`~txnstream.ledger.OffloadStore` (Parquet) and its row says
 ``location = 'remote'``. Offloading goes oldest first, so the remote ledgers are always
 a prefix of the list and ``_remote_upto`` (the newest remote ledger id, -1 if none)
 tells every read in one comparison whether it may touch the remote tier: reads that

@@ -9,7 +9,7 @@ the loop and SQLite run on separate cores (HTTP produce +10-35% in A/B runs here
 embedded engine whose loop is mostly idle gains nothing and pays for packing each flush,
 so the thread stays the default there.
 
-The child runs :mod:`ledger._sqlwriter` (its protocol is described there): one frame per
+The child runs :mod:`txnstream.ledger._sqlwriter` (its protocol is described there): one frame per
 flush, one reply each, in order; a store has at most one flush in flight, so a reply
 always answers the oldest frame sent.
 

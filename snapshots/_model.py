@@ -27,8 +27,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
-from txn_buffer import AbortedRow, OpenTxn
+from txnstream.ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
+from txnstream.txn_buffer import AbortedRow, OpenTxn
 
 FORMAT_VERSION = 2
 SEGMENT_SIZE = 1024

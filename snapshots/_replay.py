@@ -13,8 +13,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from ledger import ManagedLedger, Position, SnapshotError
-from txn_buffer import AbortedRow, AbortedSet, TxnBuffer
+from txnstream.ledger import ManagedLedger, Position, SnapshotError
+from txnstream.txn_buffer import AbortedRow, AbortedSet, TxnBuffer
 
 from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
 

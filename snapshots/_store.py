@@ -16,8 +16,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ledger import ManagedLedger, Position, WriteBatch, now_ms
-from txn_buffer import AbortedRow, Topic, TxnBuffer
+from txnstream.ledger import ManagedLedger, Position, WriteBatch, now_ms
+from txnstream.txn_buffer import AbortedRow, Topic, TxnBuffer
 
 from ._model import (
     FORMAT_VERSION,

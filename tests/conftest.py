@@ -19,7 +19,7 @@ from hypothesis import settings
 from objectstore import SeaweedFS, start_seaweedfs
 from support import running_server
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 # Deterministic property tests in CI and locally: the same examples every run.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)

@@ -23,7 +23,15 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
-from api import Engine, EngineConfig, Message, OutgoingMessage, Position, SubscriptionHandle, TxnId
+from txnstream.api import (
+    Engine,
+    EngineConfig,
+    Message,
+    OutgoingMessage,
+    Position,
+    SubscriptionHandle,
+    TxnId,
+)
 
 
 async def wait_until(
@@ -69,8 +77,8 @@ def running_server(data: Path, auth_file: Path | None = None) -> Iterator[str]:
     thread with its own event loop; stopped (and the engine closed) on exit. With
     ``auth_file``, it requires tokens (``serve --auth``).
     """
-    from api.cli import make_server
-    from api.cli._serve import access_policy
+    from txnstream.api.cli import make_server
+    from txnstream.api.cli._serve import access_policy
 
     port = free_port()
     access = access_policy("127.0.0.1", auth_file=auth_file)
@@ -262,7 +270,7 @@ def bearer(name: str) -> dict[str, str]:
 
 
 class ServeSubprocess:
-    """``python -m api serve`` with extra ``args`` on a free loopback port, as a process.
+    """``python -m txnstream serve`` with extra ``args`` on a free loopback port, as a process.
 
     ``verify`` is what httpx should verify an HTTPS server with (a CA file's path).
     """
@@ -286,7 +294,7 @@ class ServeSubprocess:
         import httpx
 
         repo = Path(__file__).resolve().parents[1]
-        command = [sys.executable, "-m", "api", "serve", "--data", str(self.data)]
+        command = [sys.executable, "-m", "txnstream", "serve", "--data", str(self.data)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--durability", "normal"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -378,11 +386,11 @@ class ChildLines:
 
 
 def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m api serve --port <free> *args`` to its end (for the ways it must
+    """Run ``python -m txnstream serve --port <free> *args`` to its end (for the ways it must
     refuse to start); its output captured as text."""
     repo = Path(__file__).resolve().parents[1]
     return subprocess.run(
-        [sys.executable, "-m", "api", "serve", "--port", str(free_port()), *args],
+        [sys.executable, "-m", "txnstream", "serve", "--port", str(free_port()), *args],
         capture_output=True,
         text=True,
         timeout=60,

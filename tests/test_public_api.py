@@ -1,9 +1,10 @@
 """The public surface and the import graph (httpx's ``test_exported_members.py``, plus layers).
 
-Layers point one way: ledger <- txn_buffer <- {dispatcher, snapshots} <- api. Inside
-``api`` the adapters (``http``, ``client``, ``cli``, ``spark``) use the engine only
-through ``from api import ...``; cli may also use http (serve) and client, spark uses
-client. Nobody imports another package's private modules.
+Everything installs under one import name, ``txnstream``; the layers are its subpackages
+and point one way: ledger <- txn_buffer <- {dispatcher, snapshots} <- api. Inside ``api``
+the adapters (``http``, ``client``, ``cli``, ``spark``) use the engine only through
+``from txnstream.api import ...``; cli may also use http (serve) and client, spark uses
+client. Nobody imports another package's private modules, nor a layer by a bare name.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import api
+import txnstream
+from txnstream import api
 
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("ledger", "txn_buffer", "dispatcher", "snapshots", "api")
@@ -95,9 +97,15 @@ def test_api_exports_exactly_the_documented_surface() -> None:
         assert getattr(api, name) is not None
 
 
+def test_the_package_root_is_the_embedded_surface() -> None:
+    assert txnstream.__all__ == api.__all__
+    for name in txnstream.__all__:
+        assert getattr(txnstream, name) is getattr(api, name)
+
+
 @pytest.mark.parametrize("package", LAYERS)
 def test_every_package_has_a_sorted_complete_all(package: str) -> None:
-    module = importlib.import_module(package)
+    module = importlib.import_module(f"txnstream.{package}")
     names = module.__all__
     assert names == sorted(names), f"{package}.__all__ is not sorted"
     assert len(set(names)) == len(names)
@@ -133,27 +141,33 @@ def _sources() -> list[Path]:
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(REPO)))
 def test_imports_point_down_and_adapters_use_the_api_root(path: Path) -> None:
     layer, room = _room(path)
+    where = path.relative_to(REPO)
     for module, level in _imports(path):
         if level:
             continue  # relative: inside its own package
         top, _, rest = module.partition(".")
-        if top not in LAYERS:
+        assert top not in LAYERS, f"{where}: bare import {module} (it is txnstream.{module})"
+        if top != "txnstream":
             continue
+        if not rest:  # the root re-exports txnstream.api: only api's adapters may use it
+            assert room is not None, f"{where}: {layer} imports the txnstream root"
+            continue
+        top, _, rest = rest.partition(".")
         if room is not None:
             # an adapter: the api root, or an adapter it may use
             sub = rest.split(".")[0]
-            ok = module == "api" or (top == "api" and sub in ADAPTERS[room] | {room})
-            assert ok, f"{path.relative_to(REPO)}: adapter {room} imports {module}"
+            ok = module == "txnstream.api" or (top == "api" and sub in ADAPTERS[room] | {room})
+            assert ok, f"{where}: adapter {room} imports {module}"
             continue
         if top == layer:
             continue
-        assert top in ALLOWED[layer], f"{path.relative_to(REPO)}: {layer} imports {module}"
-        assert not rest.startswith("_"), f"{path.relative_to(REPO)}: private import {module}"
+        assert top in ALLOWED[layer], f"{where}: {layer} imports {module}"
+        assert not rest.startswith("_"), f"{where}: private import {module}"
 
 
 def test_the_api_root_imports_no_adapter_dependency() -> None:
     code = (
-        "import sys, api\n"
+        "import sys, txnstream\n"
         "heavy = [m for m in ('fastapi', 'typer', 'httpx', 'pyspark', 'pyarrow', 'uvicorn')"
         " if m in sys.modules]\n"
         "print(','.join(heavy))"

@@ -27,7 +27,7 @@ from itertools import chain, islice
 
 from pyroaring import BitMap64
 
-from ledger import Position
+from txnstream.ledger import Position
 
 AbortedRow = tuple[int, int, int, int, int, int, int, int | None, int | None]
 """One aborted transaction as plain ints: its sequence number, then the ledger and entry

@@ -24,7 +24,7 @@ from typing import Any
 from pyroaring import BitMap64
 from sortedcontainers import SortedList
 
-from ledger import EntryKind, Position, TxnId
+from txnstream.ledger import EntryKind, Position, TxnId
 
 from ._aborted import AbortedRow, AbortedSet
 

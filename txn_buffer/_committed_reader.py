@@ -7,7 +7,7 @@ event loop) and reads the ledger tables and the coordinator's ``txns`` table. In
 mode such a reader sees a consistent snapshot of durable, committed state while the
 owner keeps writing.
 
-The committed view, computed the way :class:`~txn_buffer.TxnBuffer` does:
+The committed view, computed the way :class:`~txnstream.txn_buffer.TxnBuffer` does:
 
 * ``max_read_position`` (the stable position) of a topic is its newest entry when no
   transaction is open on it, else the entry just before the first data entry of the
@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     DB_FILE,
     InvalidArgumentError,
     LedgerError,
@@ -94,8 +94,8 @@ class CommittedReader:
     Open it with the directory's path (it checks that it is one) and close it, or use it
     as a context manager. One connection, used from the thread that opened it.
 
-    Raises :class:`~ledger.InvalidArgumentError` if ``path`` is not a txnstream data
-    directory and :class:`~ledger.LedgerError` if its database cannot be opened.
+    Raises :class:`~txnstream.ledger.InvalidArgumentError` if ``path`` is not a txnstream data
+    directory and :class:`~txnstream.ledger.LedgerError` if its database cannot be opened.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -140,7 +140,7 @@ class CommittedReader:
 
     @staticmethod
     def database_file(path: str | Path) -> Path:
-        """``<path>/txnstream.db``; :class:`~ledger.InvalidArgumentError` if ``path`` is
+        """``<path>/txnstream.db``; :class:`~txnstream.ledger.InvalidArgumentError` if ``path`` is
         not a data directory."""
         directory = Path(path).expanduser()
         if not directory.is_dir():
@@ -179,7 +179,7 @@ class CommittedReader:
             self._conn.execute("COMMIT")
 
     def topic_id(self, topic: str) -> int:
-        """The id of ``topic``; :class:`~ledger.TopicNotFoundError` if it does not exist."""
+        """The id of ``topic``; :class:`~txnstream.ledger.TopicNotFoundError` if it is unknown."""
         row = self._conn.execute("SELECT topic_id FROM topics WHERE name = ?", (topic,)).fetchone()
         if row is None:
             raise TopicNotFoundError(f"topic {topic!r} not found in data directory {self.path}")
@@ -235,7 +235,7 @@ class CommittedReader:
     def object_url(base: str, topic: str, ledger_id: int) -> str:
         """The URL of ledger ``ledger_id`` of ``topic`` in the offload store at ``base``
         (``file:///dir``, a plain path or ``s3://bucket/prefix``); raises
-        :class:`~ledger.InvalidArgumentError` for a bad ``base``."""
+        :class:`~txnstream.ledger.InvalidArgumentError` for a bad ``base``."""
         return OffloadStore(base).ledger_url(topic, ledger_id)
 
     @staticmethod
@@ -245,7 +245,7 @@ class CommittedReader:
         """Arrow record batches (the Spark source's columns) of the data entries ``lo <=
         entry_id < hi`` of an offloaded ledger, read straight from its object;
         ``committed`` drops aborted data (the object's ``aborted`` column). Raises
-        :class:`~ledger.RemoteStorageError` if the object cannot be read."""
+        :class:`~txnstream.ledger.RemoteStorageError` if the object cannot be read."""
         del size  # the object's footer says all we need
         if hi <= lo:
             return

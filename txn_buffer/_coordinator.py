@@ -5,7 +5,7 @@ Begin, the topics (and transactional acks) a transaction touched, timeouts, fenc
 once, and the low watermark.
 
 Why there is no separate "committing" record on disk: a decision, its markers on every
-touched topic and the acknowledgements it applies are one :class:`~ledger.WriteBatch`,
+touched topic and the acknowledgements it applies are one :class:`~txnstream.ledger.WriteBatch`,
 so they become durable in one SQLite transaction. After a crash either all of it is
 there or none of it is (the transaction is then still open and times out, or was never
 durable at all). "Redo" after a crash is therefore only reconciling buffers that hold
@@ -38,7 +38,7 @@ import heapq
 import logging
 from collections.abc import Callable, Sequence
 
-from ledger import (
+from txnstream.ledger import (
     EntryKind,
     FencedError,
     InvalidArgumentError,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from ledger import TxnId, WriteBatch, ms_to_datetime
+from txnstream.ledger import TxnId, WriteBatch, ms_to_datetime
 
 from ._state import TxnState
 

@@ -1,6 +1,6 @@
 """The coordinator's table of transactions: what is kept in memory (open ones in
 full, the newest ended ones in full, older ended ones as outcome codes), loading it
-from the ``txns`` table, and the lookups. :class:`~txn_buffer.Coordinator` adds
+from the ``txns`` table, and the lookups. :class:`~txnstream.txn_buffer.Coordinator` adds
 begin, use, decisions and timeouts on top.
 """
 
@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from operator import itemgetter
 
-from ledger import (
+from txnstream.ledger import (
     InvalidArgumentError,
     Store,
     TxnId,

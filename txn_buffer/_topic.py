@@ -1,6 +1,6 @@
 """Topic: a managed ledger, its transaction buffer, producer state and change signal.
 
-Appends are *prepared* into a :class:`~ledger.WriteBatch` synchronously (positions are
+Appends are *prepared* into a :class:`~txnstream.ledger.WriteBatch` synchronously (positions are
 assigned in call order) and applied to the buffer by the batch's durable callback, so
 the buffer only ever sees durable entries, in position order, and ``max_read_position``
 never passes a non-durable entry.
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger import (
+from txnstream.ledger import (
     AppendLane,
     Catalog,
     EntryKind,
@@ -138,7 +138,7 @@ class Topic:
     def prepare_payloads(
         self, batch: WriteBatch, payloads: Sequence[bytes], txn_id: TxnId | None
     ) -> list[Position]:
-        """Add data entries with encoded payloads (see :func:`~ledger.encode_payload`)."""
+        """Add data entries with encoded payloads (see :func:`~txnstream.ledger.encode_payload`)."""
         positions = self.ledger.prepare_data(
             batch, payloads, None if txn_id is None else txn_id.seq
         )

@@ -83,7 +83,7 @@ def _usage_line(exc: typer.TyperException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point (``txnstream``, ``python -m api``)."""
+    """Console-script entry point (``txnstream``, ``python -m txnstream``)."""
     args = list(argv) if argv is not None else None
     try:
         code = app(args=args, prog_name="txnstream", standalone_mode=False)

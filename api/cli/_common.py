@@ -17,8 +17,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from api import Position, TxnStreamHttpError, TxnStreamTransportError
-from api.client import Client
+from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api.client import Client
 
 UrlOption = Annotated[
     str,

@@ -1,4 +1,4 @@
-"""Every :class:`~api.EngineConfig` field as a ``serve`` flag and a ``TXNSTREAM_<FIELD>``
+"""Every :class:`~txnstream.api.EngineConfig` field as a ``serve`` flag and a ``TXNSTREAM_<FIELD>``
 environment variable, generated from the dataclass (one table, not one hand-written
 option per field, so a new setting cannot be forgotten).
 
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from api import EngineConfig
+from txnstream.api import EngineConfig
 
 HELP = {
     "durability": "full (survives power loss) or normal (survives kill -9).",

@@ -22,7 +22,7 @@ import logging
 import resource
 from typing import Any
 
-from api.http import error_body
+from txnstream.api.http import error_body
 
 log = logging.getLogger("txnstream.serve")
 

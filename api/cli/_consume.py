@@ -26,8 +26,8 @@ from typing import Annotated, Any
 
 import typer
 
-from api import Position, TxnStreamHttpError, TxnStreamTransportError
-from api.client import Client
+from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api.client import Client
 
 from ._common import (
     DEFAULT_URL,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any, Literal
 
-from api import Engine
+from txnstream.api import Engine
 
 __all__ = ["JsonFormatter", "LogFormat", "log_config", "startup_banner"]
 

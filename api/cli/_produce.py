@@ -17,7 +17,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from api.client import wire_message
+from txnstream.api.client import wire_message
 
 from ._common import (
     DEFAULT_URL,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 from ._common import fail
 from ._config_flags import SERVE_DEFAULTS, with_config_flags
@@ -37,7 +37,7 @@ from ._logging import log_config, startup_banner
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from api.http import AccessPolicy
+    from txnstream.api.http import AccessPolicy
 
 __all__ = ["make_server", "serve"]
 
@@ -50,7 +50,7 @@ class _ServedApp:
     def __init__(
         self, data: Path, config: EngineConfig, access: AccessPolicy | None = None, url: str = ""
     ) -> None:
-        from api.http import Drain
+        from txnstream.api.http import Drain
 
         self.data = data
         self.config = config
@@ -67,14 +67,14 @@ class _ServedApp:
             return
         inner = self._app
         if inner is None:  # uvicorn serves only after startup completed; be safe anyway
-            from api.http import send_error
+            from txnstream.api.http import send_error
 
             await send_error(send, 503, "unavailable", "the engine is not open")
             return
         await inner(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
-        from api.http import create_app
+        from txnstream.api.http import create_app
 
         while True:
             message: Message = await receive()
@@ -124,7 +124,7 @@ class _ServedApp:
 def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
     """Why ``serve`` must not listen on ``host`` (None if it may): a non-loopback address
     needs ``--auth``, or ``--insecure`` to serve anyone who can reach the port."""
-    from api.http import is_loopback
+    from txnstream.api.http import is_loopback
 
     if auth or insecure or is_loopback(host):
         return None
@@ -143,7 +143,7 @@ def access_policy(
     cors_origins: Sequence[str] = (),
 ) -> AccessPolicy:
     """The access policy of a server on ``host``; raises ``ValueError`` for a bad file."""
-    from api.http import AccessPolicy, Authenticator
+    from txnstream.api.http import AccessPolicy, Authenticator
 
     auth = None if auth_file is None else Authenticator.from_file(auth_file)
     return AccessPolicy.for_bind(
@@ -173,7 +173,7 @@ def make_server(
     ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
-    it is. Raises ``ValueError`` for settings :class:`~api.EngineConfig` refuses.
+    it is. Raises ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
 

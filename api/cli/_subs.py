@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from api import Position
+from txnstream.api import Position
 
 from ._common import (
     DEFAULT_URL,

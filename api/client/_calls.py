@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
 
 T = TypeVar("T")
 Body = dict[str, Any]

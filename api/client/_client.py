@@ -3,8 +3,8 @@
 Both send the calls of ``_calls`` and differ only in how they wait. Results are the
 answers' JSON bodies as HTTP_API.md describes them, unwrapped when the body is one list
 (topics, transactions, messages); ``create_topic`` and ``create_subscription`` say whether
-they created. A non-2xx answer raises :class:`~api.TxnStreamHttpError` (``status``,
-``code``, ``message``); no answer at all raises :class:`~api.TxnStreamTransportError`
+they created. A non-2xx answer raises :class:`~txnstream.api.TxnStreamHttpError` (``status``,
+``code``, ``message``); no answer at all raises :class:`~txnstream.api.TxnStreamTransportError`
 (code ``unavailable``).
 """
 

@@ -1,4 +1,5 @@
-"""The HTTP server: a FastAPI app over an open :class:`api.Engine` (``shared/HTTP_API.md``).
+"""The HTTP server: a FastAPI app over an open :class:`txnstream.api.Engine`
+(``docs/http-api.md``).
 
 One module per resource (topics, messages, transactions, subscriptions, fetch, admin),
 the edge middleware, access (Host/Origin rules, bearer tokens, per-topic grants), one

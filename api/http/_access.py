@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("txnstream.auth")
 
 PRINCIPAL_KEY = "txnstream.principal"
-"""The scope key of the authenticated caller's :class:`~api.http._auth.Identity`."""
+"""The scope key of the authenticated caller's :class:`~txnstream.api.http._auth.Identity`."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 

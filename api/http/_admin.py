@@ -8,7 +8,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from api import DB_FILE, TopicNotFoundError, TopicStats
+from txnstream.api import DB_FILE, TopicNotFoundError, TopicStats
 
 from ._json import ok
 from ._params import engine_of

@@ -28,7 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp
 
-from api import Engine
+from txnstream.api import Engine
 
 from . import (
     _admin,

@@ -39,7 +39,7 @@ from typing import Any
 
 from fastapi import Request
 
-from api import ForbiddenError, Principal
+from txnstream.api import ForbiddenError, Principal
 
 from ._access import PRINCIPAL_KEY, Refusals, refuse
 from ._edge import ASGIApp, Receive, Scope, Send
@@ -356,7 +356,7 @@ def principal_of(request: Request) -> Principal | None:
 
 def require_topics(request: Request, action: str, topics: Iterable[str]) -> None:
     """For a route whose topics are in its body (``POST /v1/batches``): raise
-    :class:`~api.ForbiddenError` unless the caller may ``action`` every one of them."""
+    :class:`~txnstream.api.ForbiddenError` unless the caller may ``action`` every one of them."""
     identity = identity_of(request)
     if identity is None:
         return

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import (
+from txnstream.api import (
     ClosedError,
     ConflictError,
     DataDirLockedError,

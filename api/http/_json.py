@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
-from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
+from txnstream.api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 
 from ._schemas import MessageIn
 

@@ -27,7 +27,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
+from txnstream.api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
 
 from ._auth import principal_of, require_topics
 from ._errors import responses

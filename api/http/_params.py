@@ -14,7 +14,7 @@ from fastapi import Path, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from api import Engine, InvalidArgumentError
+from txnstream.api import Engine, InvalidArgumentError
 
 from ._edge import BODY_KEY, Drain
 from ._schemas import NAME_PATTERN

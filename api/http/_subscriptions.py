@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from api import Engine, Position
+from txnstream.api import Engine, Position
 
 from ._auth import principal_of
 from ._edge import Drain

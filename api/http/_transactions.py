@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from api import TxnInfo
+from txnstream.api import TxnInfo
 
 from ._auth import principal_of
 from ._errors import responses

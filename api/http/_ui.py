@@ -28,7 +28,7 @@ import jinja2
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from api import Engine, NotFoundError, Position, TopicNotFoundError, TopicStats, TxnInfo
+from txnstream.api import Engine, NotFoundError, Position, TopicNotFoundError, TopicStats, TxnInfo
 
 from ._params import TopicName, engine_of
 

@@ -1,10 +1,10 @@
 """txnstream as a PySpark data source (the ``spark`` extra), format ``"txnstream"``.
 
 Importing this package imports pyspark and pyarrow; ``import api`` never does. Usage and
-options: :mod:`api.spark._source`.
+options: :mod:`txnstream.api.spark._source`.
 """
 
-from api import TxnStreamSourceError
+from txnstream.api import TxnStreamSourceError
 
 from ._source import TxnStreamDataSource
 

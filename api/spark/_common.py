@@ -3,7 +3,7 @@
 Options (Spark hands them over lowercased, as strings), positions and read windows, and
 the Arrow side: the fixed schema and the builder that turns decoded log entries into
 ``pyarrow.RecordBatch``es matching it exactly. The error type is the tree's
-:class:`~api.TxnStreamSourceError`.
+:class:`~txnstream.api.TxnStreamSourceError`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from api import (
+from txnstream.api import (
     CommittedReader,
     InvalidArgumentError,
     Position,

@@ -1,7 +1,7 @@
 """The Spark ``path`` mode: read a data directory's committed view into Arrow batches.
 
-Never goes through :class:`~api.Engine` (one engine per data directory per process, and
-a server may own the directory): :class:`~api.CommittedReader` reads the SQLite file
+Never goes through :class:`~txnstream.api.Engine` (one engine per data directory per process, and
+a server may own the directory): :class:`~txnstream.api.CommittedReader` reads the SQLite file
 read-only and computes the committed view (stable position, aborted transactions per
 range) as the engine does. This module plans ledger ranges, drops aborted data and turns
 raw rows into record batches, vectorized for the usual shape of bulk data.
@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from api import (
+from txnstream.api import (
     CommittedReader,
     CorruptEntryError,
     InvalidArgumentError,
@@ -33,7 +33,7 @@ from ._common import BATCH_ROWS, READ_COMMITTED, Window, make_batch
 @contextmanager
 def committed_reader(path: str | Path) -> Iterator[CommittedReader]:
     """The data directory at ``path``, read-only; the reader's errors (not a data
-    directory, missing topic) as :class:`~api.TxnStreamSourceError`."""
+    directory, missing topic) as :class:`~txnstream.api.TxnStreamSourceError`."""
     try:
         with CommittedReader(path) as reader:
             yield reader

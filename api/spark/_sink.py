@@ -17,8 +17,8 @@ and retried):
   ``finish``: a micro-batch replayed after a restart finds its key used and all its new
   transactions are aborted instead, so it never lands twice.
 
-Two backends carry it: :class:`~api.spark._url.ServerClient` (``url``) and
-:class:`EngineSink` (``path``), an :class:`~api.Engine` opened in the calling process.
+Two backends carry it: :class:`~txnstream.api.spark._url.ServerClient` (``url``) and
+:class:`EngineSink` (``path``), an :class:`~txnstream.api.Engine` opened in the calling process.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from api import (
+from txnstream.api import (
     Engine,
     EngineConfig,
     EngineError,
@@ -69,7 +69,7 @@ class Sink(Protocol):
 
 
 class EngineSink:
-    """An :class:`~api.Engine` on the ``path`` data directory, in this process.
+    """An :class:`~txnstream.api.Engine` on the ``path`` data directory, in this process.
 
     One engine per data directory: an exclusive ``flock`` on ``<path>/spark-writer.lock``
     serializes Spark's writing tasks and the driver's commit on one machine. A

@@ -2,7 +2,7 @@
 
 ::
 
-    from api.spark import TxnStreamDataSource
+    from txnstream.api.spark import TxnStreamDataSource
     spark.dataSource.register(TxnStreamDataSource)
 
     df = (spark.read.format("txnstream")
@@ -51,9 +51,9 @@ holds data of an open transaction, and aborted data never appears.
 Writing (``mode("append")``): rows need a ``value`` column (binary -> bytes, string ->
 string, or with ``valueFormat=json`` a string parsed as JSON); ``key`` (string) and
 ``properties`` (map<string,string>) are optional; other columns are ignored. Exactly
-once: see :mod:`api.spark._sink` for the protocol. Options ``transactionTimeoutMs``
+once: see :mod:`txnstream.api.spark._sink` for the protocol. Options ``transactionTimeoutMs``
 (600000: a job must finish within it) and ``writeBatchSize`` (2000 messages per append).
-Writing through ``path`` opens an :class:`~api.Engine` in Spark's Python workers, one
+Writing through ``path`` opens an :class:`~txnstream.api.Engine` in Spark's Python workers, one
 at a time (a file lock), and requires that no ``txnstream serve`` runs on that directory.
 
 Spark runs every method here in Python worker processes: they must use an interpreter
@@ -82,7 +82,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from api import Position, TxnStreamSourceError
+from txnstream.api import Position, TxnStreamSourceError
 
 from ._common import (
     FORMAT,

@@ -1,11 +1,11 @@
-"""The Spark ``url`` mode: a running server, through the one HTTP client (``api.client``).
+"""The Spark ``url`` mode: a running server, through the one HTTP client (``txnstream.api.client``).
 
 Reading plans a read into windows of ledgers; each task reads its window with the range
 fetch, whose every answer carries the aborted transactions with data in its range, so a
 task drops aborted data with no other state. Writing uses transactions with labels,
 sends naming the transaction, the label-prefix listing and the atomic ``finish``
-(:mod:`api.spark._sink`). :class:`ServerClient` turns the client's errors into
-:class:`~api.TxnStreamSourceError` texts that name the server and the topic.
+(:mod:`txnstream.api.spark._sink`). :class:`ServerClient` turns the client's errors into
+:class:`~txnstream.api.TxnStreamSourceError` texts that name the server and the topic.
 With the server's ledger listing (``GET .../ledgers``) partitions follow the real
 ledgers, and an offloaded ledger is a partition of its own that the task reads straight
 from the object store: no broker in the path for cold data.
@@ -20,14 +20,14 @@ from typing import Any, TypeVar
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from api import (
+from txnstream.api import (
     InvalidArgumentError,
     Position,
     TxnStreamHttpError,
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
-from api.client import Client, message_value, wire_message
+from txnstream.api.client import Client, message_value, wire_message
 
 from ._common import READ_COMMITTED, SourceOptions, Window, make_batch
 
@@ -38,7 +38,7 @@ _PAGE = 1000
 class ServerClient:
     """The url mode's view of one server and topic (blocking); use as a context manager.
 
-    Every failure is a :class:`~api.TxnStreamSourceError` naming the server (and the
+    Every failure is a :class:`~txnstream.api.TxnStreamSourceError` naming the server (and the
     topic when the server does not know it).
     """
 

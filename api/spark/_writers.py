@@ -1,7 +1,8 @@
 """The writing side of the Spark data source: schema checks and the exactly-once writers.
 
 Each task attempt appends its rows in its own open transaction and names it in its
-commit message; the driver decides them all at once (the protocol: :mod:`api.spark._sink`).
+commit message; the driver decides them all at once (the protocol:
+:mod:`txnstream.api.spark._sink`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - PySpark 4.0
     ) from exc
 from pyspark.sql.types import BinaryType, DataType, MapType, NullType, StringType, StructType
 
-from api import TxnStreamSourceError
+from txnstream.api import TxnStreamSourceError
 
 from ._common import SourceOptions
 from ._path import committed_reader

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 TOPICS = ("alpha", "beta")
 # Step 0 of every worker is left open, so open transactions exist from the start.

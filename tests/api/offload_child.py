@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api import Engine, EngineConfig
-from ledger import OffloadStore
+from txnstream.api import Engine, EngineConfig
+from txnstream.ledger import OffloadStore
 
 FATES = ("plain", "commit", "plain", "abort", "commit", "plain")
 

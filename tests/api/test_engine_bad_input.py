@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from support import drain, make_topics, values
 
-from api import (
+from txnstream.api import (
     ClosedError,
     Engine,
     EngineConfig,

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from support import ChildLines, drain, positions, wait_until
 
-from api import Engine, EngineConfig, Message, Position, TxnNotFoundError
-from txn_buffer import TxnBuffer
+from txnstream.api import Engine, EngineConfig, Message, Position, TxnNotFoundError
+from txnstream.txn_buffer import TxnBuffer
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import drain, make_topics, positions, values
 
-from api import Engine, SubscriptionNotFoundError, TopicNotFoundError
+from txnstream.api import Engine, SubscriptionNotFoundError, TopicNotFoundError
 
 CLEAN = {
     "last_confirmed": None,

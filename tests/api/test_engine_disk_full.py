@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import drain, wait_until
 
-from api import Engine, EngineConfig, EngineError, InsufficientStorageError, Position
+from txnstream.api import Engine, EngineConfig, EngineError, InsufficientStorageError, Position
 
 MiB = 1024 * 1024
 VALUE = b"v" * (64 * 1024)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from support import make_topics
 
-from api import Engine, FetchResult, InvalidArgumentError, Position, TopicNotFoundError
+from txnstream.api import Engine, FetchResult, InvalidArgumentError, Position, TopicNotFoundError
 
 
 @dataclass

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import api._gc
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig, _gc
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,7 +27,7 @@ class Node:
 def clean_collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Engines other tests keep open (a session's server) would hold the freeze past
     # these tests' closes: count only this test's engines.
-    monkeypatch.setattr(api._gc, "_frozen", 0)
+    monkeypatch.setattr(_gc, "_frozen", 0)
     gc.unfreeze()
     enabled = gc.isenabled()
     yield

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import wait_until
 
-from api import Engine, EngineConfig, TxnNotOpenError
+from txnstream.api import Engine, EngineConfig, TxnNotOpenError
 
 
 async def test_info_carries_creation_deadline_timeout_and_reason(data_dir: Path) -> None:

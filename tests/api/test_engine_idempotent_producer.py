@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import drain, make_topics, values
 
-from api import Engine, InvalidArgumentError, OutgoingMessage
+from txnstream.api import Engine, InvalidArgumentError, OutgoingMessage
 
 
 def batch(*items: str) -> list[OutgoingMessage]:

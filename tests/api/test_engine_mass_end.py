@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from support import drain, eventually
 
-from api import Engine, EngineConfig, Transaction
-from txn_buffer import Coordinator
-from txn_buffer._coordinator import END_SLICE
+from txnstream.api import Engine, EngineConfig, Transaction
+from txnstream.txn_buffer import Coordinator
+from txnstream.txn_buffer._coordinator import END_SLICE
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api import Engine, EngineConfig
+from txnstream.api import Engine, EngineConfig
 
 
 async def test_a_large_open_transaction_is_neither_buffered_nor_queued(data_dir: Path) -> None:

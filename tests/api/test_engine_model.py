@@ -25,9 +25,9 @@ from hypothesis.stateful import (
 from hypothesis.strategies import DataObject
 from support import EngineStateMachine
 
-from api import EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
-from ledger import WriteBatch
-from snapshots import full_replay
+from txnstream.api import EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
+from txnstream.ledger import WriteBatch
+from txnstream.snapshots import full_replay
 
 TOPICS = ("a", "b")
 

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from support import drain, eventually
 
-from api import ConflictError, Engine, EngineConfig, OffloadNotConfiguredError, Position
-from ledger import OffloadStore
+from txnstream.api import ConflictError, Engine, EngineConfig, OffloadNotConfiguredError, Position
+from txnstream.ledger import OffloadStore
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from support import ChildLines, drain
 
-from api import Engine, EngineConfig
-from ledger import OffloadStore, sidecar_url
+from txnstream.api import Engine, EngineConfig
+from txnstream.ledger import OffloadStore, sidecar_url
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import make_topics
 
-from api import (
+from txnstream.api import (
     Engine,
     EngineConfig,
     FencedError,

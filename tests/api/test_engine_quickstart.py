@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from support import drain, make_topics, positions, txn_state, values
 
-from api import Engine, EngineError, Position
+from txnstream.api import Engine, EngineError, Position
 
 
 async def test_send_and_send_many_return_durable_positions_in_order(engine: Engine) -> None:

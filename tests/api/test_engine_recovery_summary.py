@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api import Engine, EngineConfig, RecoverySummary
+from txnstream.api import Engine, EngineConfig, RecoverySummary
 
 
 async def test_recovery_summary_counts_topics_replay_and_snapshots(tmp_path: Path) -> None:

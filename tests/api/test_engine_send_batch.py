@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import drain
 
-from api import (
+from txnstream.api import (
     Engine,
     InvalidArgumentError,
     OutgoingMessage,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from api import (
+from txnstream.api import (
     Engine,
     EngineConfig,
     InvalidArgumentError,
@@ -23,7 +23,7 @@ from api import (
     Transaction,
     TxnNotOpenError,
 )
-from ledger import WriteBatch
+from txnstream.ledger import WriteBatch
 
 TOPICS = ("a", "b")
 TXNS = 3

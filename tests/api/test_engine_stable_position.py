@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import drain, make_topics, positions, values, wait_until
 
-from api import Engine, EngineConfig, Position
+from txnstream.api import Engine, EngineConfig, Position
 
 
 async def test_open_transaction_holds_back_later_plain_messages(engine: Engine) -> None:

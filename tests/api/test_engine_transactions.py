@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import drain, make_topics, positions, txn_state, values, wait_until
 
-from api import (
+from txnstream.api import (
     Engine,
     FencedError,
     InvalidArgumentError,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.cli import main
+from txnstream.api.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,10 +75,10 @@ def run_in_process(args: tuple[str, ...], url: str, stdin: bytes | str | None) -
 
 
 def run_subprocess(args: tuple[str, ...], url: str, stdin: bytes | str | None) -> Ran:
-    """``python -m api ARGS`` as a child process."""
+    """``python -m txnstream ARGS`` as a child process."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
     proc = subprocess.run(
-        [sys.executable, "-m", "api", *args],
+        [sys.executable, "-m", "txnstream", *args],
         input=data,
         capture_output=True,
         env=cli_env(url),

@@ -30,7 +30,7 @@ def txnstream(*args: str, token: str | None = None) -> subprocess.CompletedProce
     if token is not None:
         env["TXNSTREAM_TOKEN"] = token
     return subprocess.run(
-        [sys.executable, "-m", "api", *args],
+        [sys.executable, "-m", "txnstream", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -96,6 +96,6 @@ def test_a_token_made_by_the_cli_is_accepted(auth_url: str, tmp_path: Path) -> N
     ],
 )
 def test_which_binds_need_auth(host: str, auth: bool, insecure: bool, refused: bool) -> None:
-    from api.cli._serve import check_bind
+    from txnstream.api.cli._serve import check_bind
 
     assert (check_bind(host, auth=auth, insecure=insecure) is not None) is refused

@@ -37,7 +37,7 @@ def test_shell_completion(server_url: str) -> None:
             "COMP_CWORD": str(len(words.split()) - 1),
         }
         proc = subprocess.run(
-            [sys.executable, "-m", "api"],
+            [sys.executable, "-m", "txnstream"],
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -51,7 +51,7 @@ def test_shell_completion(server_url: str) -> None:
     assert set(complete("txnstream sub p")) == {"peek"}
     assert "--from" in complete("txnstream consume orders --fr")
     script = subprocess.run(
-        [sys.executable, "-m", "api", "--show-completion", "bash"],
+        [sys.executable, "-m", "txnstream", "--show-completion", "bash"],
         env=cli_env(server_url),
         cwd=REPO,
         capture_output=True,
@@ -112,7 +112,7 @@ def test_output_to_a_closed_pipe_is_quiet(server_url: str, cli: Cli, name: str) 
     cli("produce", name, stdin="".join(f"{i}\n" for i in range(3000)), ok=True)
     env = {**cli_env(server_url), "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     piped = subprocess.run(
-        f"{sys.executable} -m api consume {name} --from earliest --max 3000 | head -n 1",
+        f"{sys.executable} -m txnstream consume {name} --from earliest --max 3000 | head -n 1",
         shell=True,
         env=env,
         cwd=REPO,

@@ -113,7 +113,7 @@ def test_consume_names_the_transaction_in_the_way(cli: Cli, name: str, server_ur
     # --follow says it once however long it waits, and goes on when the txn ends.
     args = ["consume", name, "--from", "earliest", "--follow", "--max", "2", "--format", "%v\\n"]
     with subprocess.Popen(
-        [sys.executable, "-m", "api", *args],
+        [sys.executable, "-m", "txnstream", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=cli_env(server_url),

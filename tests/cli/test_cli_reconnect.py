@@ -23,12 +23,12 @@ from support import free_port, wait_for
 
 @contextmanager
 def _serve(data: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m api serve`` on ``port``; killed by pid on the way out."""
+    """``python -m txnstream serve`` on ``port``; killed by pid on the way out."""
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "api",
+            "txnstream",
             "serve",
             "--data",
             str(data),
@@ -64,7 +64,7 @@ class _Follower:
 
     def __init__(self, url: str, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api", "consume", *args, "--follow", "--format", "%v\\n"],
+            [sys.executable, "-m", "txnstream", "consume", *args, "--follow", "--format", "%v\\n"],
             cwd=REPO,
             env=cli_env(url),
             stdout=subprocess.PIPE,

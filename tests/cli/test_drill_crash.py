@@ -35,7 +35,7 @@ def test_crash_drill_with_three_kills(tmp_path: Path) -> None:
     args = ["drill", "crash", "--data", str(data), "--duration", "10", "--kills", "3"]
     args += ["--seed", "11", "--report", str(report)]
     proc = subprocess.run(
-        [sys.executable, "-m", "api", *args],
+        [sys.executable, "-m", "txnstream", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from drill_support import REPO, drill, make_data, rows, sql
 
-import snapshots._store as snapshot_store
-from api import replay_check
-from ledger import TxnId
-from snapshots import TxnBufferSnapshot
-from txn_buffer import OpenTxn
+import txnstream.snapshots._store as snapshot_store
+from txnstream.api import replay_check
+from txnstream.ledger import TxnId
+from txnstream.snapshots import TxnBufferSnapshot
+from txnstream.txn_buffer import OpenTxn
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -133,9 +133,9 @@ def test_snapshot_command_unknown_topic(data: Path) -> None:
 
 
 def test_console_entry_point_registers_the_drills(data: Path) -> None:
-    """`python -m api drill replay` works: the drill group is part of `main`'s app."""
+    """`python -m txnstream drill replay` works: the drill group is part of `main`'s app."""
     proc = subprocess.run(
-        [sys.executable, "-m", "api", "drill", "replay", "--data", str(data)],
+        [sys.executable, "-m", "txnstream", "drill", "replay", "--data", str(data)],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -26,7 +26,17 @@ def run_server(data: Path, *flags: str) -> list[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api", "serve", "--data", str(data), "--port", str(port), *flags],
+        [
+            sys.executable,
+            "-m",
+            "txnstream",
+            "serve",
+            "--data",
+            str(data),
+            "--port",
+            str(port),
+            *flags,
+        ],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,

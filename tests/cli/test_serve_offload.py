@@ -16,7 +16,7 @@ import httpx
 import pytest
 from support import free_port, run_serve, wait_for
 
-from ledger import OffloadStore, sidecar_url
+from txnstream.ledger import OffloadStore, sidecar_url
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Server:
-    """``python -m api serve`` with tiers, on a free loopback port; stopped by pid."""
+    """``python -m txnstream serve`` with tiers, on a free loopback port; stopped by pid."""
 
     def __init__(self, data: Path, url: str, log: Path) -> None:
         self.port = free_port()
@@ -32,7 +32,7 @@ class Server:
         args = [
             sys.executable,
             "-m",
-            "api",
+            "txnstream",
             "serve",
             "--data",
             str(data),

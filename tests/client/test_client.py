@@ -1,4 +1,4 @@
-"""``api.client`` against a real server: every method round-trips, every error maps.
+"""``txnstream.api.client`` against a real server: every method round-trips, every error maps.
 
 One scenario runs with the blocking and the asyncio client alike: ``run`` awaits what
 the async client returns and passes the sync client's results through.
@@ -16,14 +16,14 @@ import httpx
 import pytest
 from support import free_port
 
-from api import (
+from txnstream.api import (
     EngineError,
     Position,
     TxnStreamHttpError,
     TxnStreamTransportError,
 )
-from api.client import AsyncClient, Client, message_value, wire_message
-from api.client._calls import answer, health
+from txnstream.api.client import AsyncClient, Client, message_value, wire_message
+from txnstream.api.client._calls import answer, health
 
 Run = Callable[[Any], Awaitable[Any]]
 

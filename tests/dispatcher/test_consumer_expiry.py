@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from api import Engine
+from txnstream.api import Engine
 
 
 async def test_idle_http_consumer_is_detached_and_its_messages_redelivered(

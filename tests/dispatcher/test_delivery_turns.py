@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from api import Engine
-from dispatcher._subscription import STEP_MESSAGES
+from txnstream.api import Engine
+from txnstream.dispatcher._subscription import STEP_MESSAGES
 
 TOPIC = "t"
 CONSUMERS = 100

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from support import drain, make_topics, positions, values
 
-from api import Engine, Position
+from txnstream.api import Engine, Position
 
 
 async def _setup(engine: Engine, count: int = 5) -> list[Position]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from api import Engine, Position
+from txnstream.api import Engine, Position
 
 
 async def _fill(engine: Engine, txns: int) -> list[int]:

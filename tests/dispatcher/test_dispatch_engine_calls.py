@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support import make_topics, positions, values
 
-from api import ConsumerBusyError, Engine
+from txnstream.api import ConsumerBusyError, Engine
 
 
 async def test_receive_ack_nack_seek_by_name_with_text_positions(engine: Engine) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import drain, positions, values
 
-from api import Engine, EngineConfig, Position
+from txnstream.api import Engine, EngineConfig, Position
 
 SMALL = EngineConfig(ledger_max_entries=2)
 

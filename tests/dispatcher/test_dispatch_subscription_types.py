@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 from support import drain, make_topics, positions, values
 
-from api import ClosedError, ConflictError, ConsumerBusyError, Engine, Message
+from txnstream.api import ClosedError, ConflictError, ConsumerBusyError, Engine, Message
 
 
 async def test_exclusive_refuses_a_second_consumer(engine: Engine) -> None:

@@ -8,7 +8,7 @@ import contextlib
 import pytest
 from support import drain, make_topics, positions, values
 
-from api import ClosedError, ConflictError, Engine, Message, SubscriptionConflictError
+from txnstream.api import ClosedError, ConflictError, Engine, Message, SubscriptionConflictError
 
 
 def _sub(stats: dict[str, object], name: str = "s") -> dict[str, object]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import drain, make_topics, positions, values
 
-from api import AckConflictError, ConflictError, Engine, Position, TxnNotOpenError
+from txnstream.api import AckConflictError, ConflictError, Engine, Position, TxnNotOpenError
 
 
 def _sub(stats: dict[str, object], name: str = "s") -> dict[str, object]:

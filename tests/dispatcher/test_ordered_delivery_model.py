@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from support import EngineStateMachine
 
-from api import EngineConfig, Message, Position
+from txnstream.api import EngineConfig, Message, Position
 
 TOPIC = "t"
 

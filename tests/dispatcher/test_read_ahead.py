@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from api import Engine, EngineConfig, Position
+from txnstream.api import Engine, EngineConfig, Position
 
 TOPIC = "t"
 

@@ -1,7 +1,7 @@
 """Fixtures for the HTTP tests (the session server, ``server_url``, is in ``tests/conftest.py``).
 
 - ``client``: an ``httpx.AsyncClient`` on the live server.
-- ``ServeProcess``: a real ``python -m api serve`` subprocess, for restart and SIGTERM
+- ``ServeProcess``: a real ``python -m txnstream serve`` subprocess, for restart and SIGTERM
   tests that need their own data directory.
 """
 
@@ -43,7 +43,7 @@ def _answers(url: str) -> bool:
 
 
 class ServeProcess:
-    """``python -m api serve`` as a subprocess on a free port over ``data``."""
+    """``python -m txnstream serve`` as a subprocess on a free port over ``data``."""
 
     def __init__(self, data: Path, log: Path) -> None:
         self.data = data
@@ -61,7 +61,7 @@ class ServeProcess:
                 [
                     sys.executable,
                     "-m",
-                    "api",
+                    "txnstream",
                     "serve",
                     "--data",
                     str(self.data),

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api import Engine, EngineConfig
-from api.http import create_app
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.http import create_app
 
 UI = Path(__file__).resolve().parents[2] / "api" / "http" / "ui"
 

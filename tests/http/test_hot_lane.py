@@ -16,9 +16,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from starlette.routing import BaseRoute, Match
 
-from api import Engine
-from api.http import create_app
-from api.http._lane import HotLane, _served
+from txnstream.api import Engine
+from txnstream.api.http import create_app
+from txnstream.api.http._lane import HotLane, _served
 
 pytestmark = pytest.mark.timeout(120)
 

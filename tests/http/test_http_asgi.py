@@ -11,9 +11,9 @@ import httpx
 import pytest
 from support import wait_until
 
-from api import Engine, EngineConfig
-from api.http import ERROR_TABLE, Drain, create_app
-from api.http._errors import lookup_error
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.http import ERROR_TABLE, Drain, create_app
+from txnstream.api.http._errors import lookup_error
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ async def _attached_poll(
 
 
 def test_error_table_walks_the_mro() -> None:
-    from api import (
+    from txnstream.api import (
         AckConflictError,
         ConsumerBusyError,
         CorruptEntryError,

@@ -495,16 +495,16 @@ BAD_FILES = [
 
 @pytest.mark.parametrize(("document", "problem"), BAD_FILES, ids=[p for _, p in BAD_FILES])
 def test_a_malformed_principals_file_is_named_precisely(document: Any, problem: str) -> None:
-    from api.http import AuthFileError
-    from api.http._auth import parse_principals
+    from txnstream.api.http import AuthFileError
+    from txnstream.api.http._auth import parse_principals
 
     with pytest.raises(AuthFileError, match=re.escape(problem)):
         parse_principals(document)
 
 
 def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
-    from api.http import Authenticator, token_digest
-    from api.http._auth import parse_principals
+    from txnstream.api.http import Authenticator, token_digest
+    from txnstream.api.http._auth import parse_principals
 
     document = {
         "principals": [
@@ -541,8 +541,8 @@ AUTHENTICATED_ROUTES = {
 
 
 async def test_every_route_has_its_rule(engine: Any) -> None:
-    from api.http import create_app
-    from api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
+    from txnstream.api.http import create_app
+    from txnstream.api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
 
     app = create_app(engine)
     for route in app.routes:

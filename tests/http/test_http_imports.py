@@ -1,8 +1,9 @@
-"""The adapter rule for ``api/http``: project code only through the ``api`` root.
+"""The adapter rule for ``api/http``: project code only through the ``txnstream.api`` root.
 
-An ast walk over every module of the package: an import of a project package must
-resolve to exactly ``api`` or to a module of ``api.http`` itself, never to a private
-engine module (``api._engine``), another adapter or a lower layer (``ledger`` ...).
+An ast walk over every module of the package: an import of a project module must resolve
+to exactly ``txnstream.api`` (or ``txnstream``, which re-exports it) or to a module of
+``txnstream.api.http`` itself, never to a private engine module (``txnstream.api._engine``),
+another adapter or a lower layer (``txnstream.ledger`` ...).
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = "api.http"
+PACKAGE = "txnstream.api.http"
 PACKAGE_DIR = REPO / "api" / "http"
-PROJECT = frozenset(
-    path.parent.name for path in REPO.glob("*/__init__.py") if path.parent.name != "tests"
-)
+PUBLIC = frozenset({"txnstream", "txnstream.api"})
 
 
 def _package_of(path: Path) -> str:
-    """The package a relative import in ``path`` starts from: its folder (``api.http``)."""
-    return ".".join(path.relative_to(REPO).parts[:-1])
+    """The package a relative import in ``path`` starts from (``txnstream.api.http``)."""
+    return ".".join(("txnstream", *path.relative_to(REPO).parts[:-1]))
 
 
 def _imports(source: str, package: str) -> list[tuple[int, str]]:
@@ -39,7 +38,7 @@ def _imports(source: str, package: str) -> list[tuple[int, str]]:
             else:
                 name = node.module or ""
             found.append((node.lineno, name))
-            # `from . import _x`, `from api import _engine`, `from api import spark`
+            # `from . import _x`, `from txnstream.api import _engine`, `... import spark`
             # import modules: check those names too.
             found.extend(
                 (node.lineno, f"{name}.{alias.name}")
@@ -50,14 +49,14 @@ def _imports(source: str, package: str) -> list[tuple[int, str]]:
 
 
 def _is_module(dotted: str) -> bool:
-    path = REPO.joinpath(*dotted.split("."))
+    path = REPO.joinpath(*dotted.split(".")[1:])
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _allowed(name: str) -> bool:
-    if name.split(".")[0] not in PROJECT:
+    if name.split(".")[0] != "txnstream":
         return True
-    return name == "api" or name == PACKAGE or name.startswith(f"{PACKAGE}.")
+    return name in PUBLIC or name == PACKAGE or name.startswith(f"{PACKAGE}.")
 
 
 def _violations(root: Path) -> list[str]:
@@ -71,22 +70,22 @@ def _violations(root: Path) -> list[str]:
 
 def test_http_imports_project_code_only_from_the_api_root() -> None:
     assert PACKAGE_DIR.is_dir()
-    assert {"api", "ledger", "txn_buffer", "dispatcher", "snapshots"} <= PROJECT
     assert _violations(PACKAGE_DIR) == []
 
 
 @pytest.mark.parametrize(
     ("source", "bad"),
     [
-        ("from ledger import Position\n", "ledger"),
-        ("import dispatcher\n", "dispatcher"),
-        ("from api._engine import Engine\n", "api._engine"),
-        ("from .._metrics import render\n", "api._metrics"),
-        ("from .. import _engine\n", "api._engine"),
-        ("from api import Engine, _engine\n", "api._engine"),
-        ("from api import spark\n", "api.spark"),
-        ("from api.client import Client\n", "api.client"),
-        ("from api import Engine\nfrom ._json import ok\nfrom . import _json\n", None),
+        ("from txnstream.ledger import Position\n", "txnstream.ledger"),
+        ("import txnstream.dispatcher\n", "txnstream.dispatcher"),
+        ("from txnstream.api._engine import Engine\n", "txnstream.api._engine"),
+        ("from .._metrics import render\n", "txnstream.api._metrics"),
+        ("from .. import _engine\n", "txnstream.api._engine"),
+        ("from txnstream.api import Engine, _engine\n", "txnstream.api._engine"),
+        ("from txnstream.api import spark\n", "txnstream.api.spark"),
+        ("from txnstream.api.client import Client\n", "txnstream.api.client"),
+        ("from txnstream import Engine\nfrom ._json import ok\nfrom . import _json\n", None),
+        ("from txnstream.api import Engine\n", None),
         ("import fastapi\nfrom typing import _SpecialForm\n", None),
     ],
 )

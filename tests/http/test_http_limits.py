@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import wait_until
 
-from api import Engine, EngineConfig
-from api.http import create_app
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.http import create_app
 
 VALUE = "v" * 1000
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api import Engine, EngineConfig
-from api.http import create_app
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.http import create_app
 
 
 @pytest.fixture

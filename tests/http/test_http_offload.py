@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api import Engine, EngineConfig
-from api.http import create_app
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.http import create_app
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import Position, TooLargeError
-from api.http._json import positions_json
-from api.http._messages import _parse_fast, _parse_model
-from api.http._schemas import BASE64_PATTERN, BatchRequest, ProduceRequest
+from txnstream.api import Position, TooLargeError
+from txnstream.api.http._json import positions_json
+from txnstream.api.http._messages import _parse_fast, _parse_model
+from txnstream.api.http._schemas import BASE64_PATTERN, BatchRequest, ProduceRequest
 
 pytestmark = pytest.mark.timeout(120)
 

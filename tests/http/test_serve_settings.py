@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 from support import run_serve
 
-from api import EngineConfig
-from api.cli._config_flags import HELP
+from txnstream.api import EngineConfig
+from txnstream.api.cli._config_flags import HELP
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def test_every_engine_setting_is_a_flag_and_an_environment_variable() -> None:
     names = [f.name for f in dataclasses.fields(EngineConfig)]
     assert sorted(HELP) == sorted(names)
     shown = subprocess.run(
-        [sys.executable, "-m", "api", "serve", "--help"],
+        [sys.executable, "-m", "txnstream", "serve", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

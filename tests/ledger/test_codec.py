@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import (
+from txnstream.ledger import (
     CorruptEntryError,
     InvalidArgumentError,
     decode_payload,

@@ -8,7 +8,7 @@ from typing import Any, cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import EntryKind, LedgerInfo, ManagedLedger, WriteBatch
+from txnstream.ledger import EntryKind, LedgerInfo, ManagedLedger, WriteBatch
 
 
 def _ledger(max_entries: int, max_bytes: int) -> ManagedLedger:

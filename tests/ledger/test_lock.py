@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from api import Engine, EngineError
-from ledger import LOCK_FILE, DataDirLockedError, DirectoryLock
+from txnstream.api import Engine, EngineError
+from txnstream.ledger import LOCK_FILE, DataDirLockedError, DirectoryLock
 
 
 def _fingerprint(directory: Path) -> dict[str, str]:
@@ -51,7 +51,7 @@ async def test_a_second_engine_in_the_same_process_is_refused(data_dir: Path) ->
 _HOLDER = textwrap.dedent(
     """
     import asyncio, sys
-    from api import Engine, EngineConfig
+    from txnstream.api import Engine, EngineConfig
 
     async def main():
         config = EngineConfig(writer=sys.argv[2] if len(sys.argv) > 2 else "thread")

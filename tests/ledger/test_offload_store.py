@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import (
+from txnstream.ledger import (
     AbortedIndexRow,
     InvalidArgumentError,
     OffloadStore,
@@ -19,8 +19,8 @@ from ledger import (
     encode_value,
     normalize_url,
 )
-from ledger._offload import entries_of, ledger_table
-from ledger._reads import decode_row
+from txnstream.ledger._offload import entries_of, ledger_table
+from txnstream.ledger._reads import decode_row
 
 pytestmark = pytest.mark.timeout(60)
 

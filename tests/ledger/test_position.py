@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import InvalidArgumentError, Position, TxnId
+from txnstream.ledger import InvalidArgumentError, Position, TxnId
 
 ids = st.integers(min_value=0, max_value=10**12)
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from support import drain, values
 
-from api import Engine, EngineConfig
-from ledger import Position
+from txnstream.api import Engine, EngineConfig
+from txnstream.ledger import Position
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from support import wait_until, write_lock
 
-from ledger import DB_FILE, ClosedError, EngineFailedError, Store, WriteBatch
+from txnstream.ledger import DB_FILE, ClosedError, EngineFailedError, Store, WriteBatch
 
 pytestmark = pytest.mark.timeout(20)
 

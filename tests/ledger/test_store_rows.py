@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger._sqlwriter import _multi_row_sql, _run_rows
+from txnstream.ledger._sqlwriter import _multi_row_sql, _run_rows
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import drain, wait_until
 
-from api import Engine, EngineConfig, EngineError
-from ledger import EngineFailedError, Store, WriteBatch
-from ledger._store import is_no_space
-from ledger._writer_process import _rebuild
+from txnstream.api import Engine, EngineConfig, EngineError
+from txnstream.ledger import EngineFailedError, Store, WriteBatch
+from txnstream.ledger._store import is_no_space
+from txnstream.ledger._writer_process import _rebuild
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from ledger import Position, pack
-from snapshots import TxnBufferSnapshot
-from txn_buffer import AbortedRow
+from txnstream.ledger import Position, pack
+from txnstream.snapshots import TxnBufferSnapshot
+from txnstream.txn_buffer import AbortedRow
 
 
 def seal_v1(body: object) -> bytes:

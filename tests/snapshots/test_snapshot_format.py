@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from snapshot_format1 import encode_v1
 
-from ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
-from snapshots import FORMAT_VERSION, SegmentRef, TxnBufferSnapshot
-from snapshots._model import unseal
-from txn_buffer import OpenTxn
+from txnstream.ledger import IncompatibleSnapshotError, Position, SnapshotError, TxnId, pack, unpack
+from txnstream.snapshots import FORMAT_VERSION, SegmentRef, TxnBufferSnapshot
+from txnstream.snapshots._model import unseal
+from txnstream.txn_buffer import OpenTxn
 
 LEDGER = 50_000
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from snapshot_format1 import encode_v1, segment_v1
 
-import snapshots._store as snapshot_store
-from api import Engine, EngineConfig, Position, SubscriptionHandle
-from api._engine import DB_FILE
-from ledger import unpack
-from snapshots import TxnBufferSnapshot, full_replay
-from txn_buffer import TxnBuffer
+import txnstream.snapshots._store as snapshot_store
+from txnstream.api import Engine, EngineConfig, Position, SubscriptionHandle
+from txnstream.api._engine import DB_FILE
+from txnstream.ledger import unpack
+from txnstream.snapshots import TxnBufferSnapshot, full_replay
+from txnstream.txn_buffer import TxnBuffer
 
 QUIET = EngineConfig(ledger_max_entries=10, snapshot_interval=3600.0)
 

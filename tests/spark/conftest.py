@@ -27,8 +27,8 @@ pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 from pyspark.sql import SparkSession
 from spark_support import LEDGER_ENTRIES, LiveServer, free_port, wait_for
 
-from api import Engine, EngineConfig
-from api.spark import TxnStreamDataSource
+from txnstream.api import Engine, EngineConfig
+from txnstream.api.spark import TxnStreamDataSource
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +61,7 @@ def spark() -> Iterator[SparkSession]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     import uvicorn
 
-    from api.http import create_app
+    from txnstream.api.http import create_app
 
     data = tmp_path_factory.mktemp("spark-server-data")
     port = free_port()

@@ -18,8 +18,8 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
-from api.spark import TxnStreamDataSource
-from api.spark._writers import TxnCommitMessage, TxnStreamWriter
+from txnstream.api.spark import TxnStreamDataSource
+from txnstream.api.spark._writers import TxnCommitMessage, TxnStreamWriter
 
 
 class FaultyWriter(TxnStreamWriter):

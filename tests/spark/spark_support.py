@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame, SparkSession
 from support import free_port, wait_for  # noqa: F401 - re-exported to the spark tests
 
-from api import Engine, EngineConfig, Transaction
+from txnstream.api import Engine, EngineConfig, Transaction
 
 T = TypeVar("T")
 

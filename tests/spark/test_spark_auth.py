@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from support import AUTH_TOKENS, running_server, write_auth_file
 
-from api.client import Client, wire_message
+from txnstream.api.client import Client, wire_message
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,12 +16,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from spark_support import LiveServer, engine_view, expected_columns, populate_mixed
 from support import HISTORY_OPS, HistoryModel, play_history
 
-from api import Engine, EngineConfig, Position, TxnStreamSourceError
-from api.spark import _path, _url
-from api.spark._common import ARROW_SCHEMA, SourceOptions, Window, after, make_batch
-from api.spark._sink import batch_messages, checkpoint_query_id, chunks
-from api.spark._source import SCHEMA
-from api.spark._url import ServerClient
+from txnstream.api import Engine, EngineConfig, Position, TxnStreamSourceError
+from txnstream.api.spark import _path, _url
+from txnstream.api.spark._common import ARROW_SCHEMA, SourceOptions, Window, after, make_batch
+from txnstream.api.spark._sink import batch_messages, checkpoint_query_id, chunks
+from txnstream.api.spark._source import SCHEMA
+from txnstream.api.spark._url import ServerClient
 
 
 def path_view(path: Path, topic: str, isolation: str = "read_committed") -> list[Any]:
@@ -86,7 +86,7 @@ def _text(position: Position | None) -> str | None:
     ],
 )
 def test_payload_decoding_paths_agree(messages: list[Any]) -> None:
-    from ledger import decode_payload, encode_payload, encode_value
+    from txnstream.ledger import decode_payload, encode_payload, encode_value
 
     rows = [
         (i, None, encode_payload(key, encode_value(value), props, 1_795_000_000_000 + i))
@@ -102,7 +102,7 @@ def test_payload_decoding_paths_agree(messages: list[Any]) -> None:
 
 
 def test_vectorized_decoding_is_on() -> None:
-    from ledger import encode_payload, encode_value
+    from txnstream.ledger import encode_payload, encode_value
 
     payloads = pa.array([encode_payload(None, encode_value(b"abc"), {}, 1_795_000_000_000)])
     decoded = _path.decode_plain(payloads)

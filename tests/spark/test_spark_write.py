@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from spark_faults import FaultyDataSource
 from spark_support import LiveServer, engine_view, run_engine
 
-from api import Engine
+from txnstream.api import Engine
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ledger import (
+from txnstream.ledger import (
     ManagedLedger,
     Position,
     Store,
@@ -13,7 +13,7 @@ from ledger import (
     encode_value,
     now_ms,
 )
-from txn_buffer import Coordinator, Topic, TxnBuffer, TxnRecord
+from txnstream.txn_buffer import Coordinator, Topic, TxnBuffer, TxnRecord
 
 TOPICS = ("a", "b")
 LONG = 60.0  # a timeout no test reaches

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import txn_buffer._aborted as aborted_module
-from ledger import Position
-from txn_buffer import AbortedRow, AbortedSet
+import txnstream.txn_buffer._aborted as aborted_module
+from txnstream.ledger import Position
+from txnstream.txn_buffer import AbortedRow, AbortedSet
 
 LEDGER = 5  # entries per ledger in these positions
 

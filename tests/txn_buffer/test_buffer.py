@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import EntryKind, Position, TxnId
-from txn_buffer import TxnBuffer
+from txnstream.ledger import EntryKind, Position, TxnId
+from txnstream.txn_buffer import TxnBuffer
 
 # An operation: (0, txn) data of txn, (1, txn) commit, (2, txn) abort, (3, _) plain data.
 ops = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=60)

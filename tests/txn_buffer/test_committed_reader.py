@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from support import HISTORY_OPS, HistoryModel, play_history
 
-from api import Engine, EngineConfig, InvalidArgumentError, TopicNotFoundError
-from ledger import Position, TxnId
-from txn_buffer import CommittedReader
+from txnstream.api import Engine, EngineConfig, InvalidArgumentError, TopicNotFoundError
+from txnstream.ledger import Position, TxnId
+from txnstream.txn_buffer import CommittedReader
 
 
 def _seq(txn: str) -> int:

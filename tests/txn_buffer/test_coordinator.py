@@ -18,7 +18,7 @@ import pytest
 from coordinator_support import LONG, Harness
 from support import eventually, write_lock
 
-from ledger import (
+from txnstream.ledger import (
     DB_FILE,
     FencedError,
     InvalidArgumentError,
@@ -28,10 +28,10 @@ from ledger import (
     WriteBatch,
     now_ms,
 )
-from ledger._schema import migrate
-from txn_buffer import Coordinator, TxnRecord, TxnState
-from txn_buffer._records import REASONS, _outcome_code
-from txn_buffer._table import _OUTCOME_CODES
+from txnstream.ledger._schema import migrate
+from txnstream.txn_buffer import Coordinator, TxnRecord, TxnState
+from txnstream.txn_buffer._records import REASONS, _outcome_code
+from txnstream.txn_buffer._table import _OUTCOME_CODES
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -637,7 +637,7 @@ async def test_outcomes_load_in_slices(path: Path, monkeypatch: pytest.MonkeyPat
             await harness.send(record, "a", n)
             await (coord.commit if n % 3 else coord.abort)(record.txn_id)
             ended[record.txn_id] = "committed" if n % 3 else "aborted"
-        monkeypatch.setattr("txn_buffer._table._LOAD_SLICE", 3)
+        monkeypatch.setattr("txnstream.txn_buffer._table._LOAD_SLICE", 3)
         coord = await harness.reopen()
         assert {txn: coord.get(txn).state for txn in ended} == ended
         assert coord.begin().txn_id.seq > max(t.seq for t in ended)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 from support import eventually, write_lock
 
-from ledger import (
+from txnstream.ledger import (
     DB_FILE,
     FencedError,
     InvalidArgumentError,
@@ -30,7 +30,7 @@ from ledger import (
     TxnNotFoundError,
     TxnNotOpenError,
 )
-from txn_buffer import TxnState
+from txnstream.txn_buffer import TxnState
 
 IDS = st.sampled_from([None, "p", "q"])
 KEYS = st.sampled_from([None, "k1", "k2"])

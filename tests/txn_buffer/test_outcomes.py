@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txn_buffer._table import _Outcomes
+from txnstream.txn_buffer._table import _Outcomes
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from api import DrillError, TopicReplay, replay_check
+from txnstream.api import DrillError, TopicReplay, replay_check
 
 from ._console import DataOption, consoles, yes
 from ._history import History, check_history

@@ -17,7 +17,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from api import DrillError, TopicReplay, replay_check
+from txnstream.api import DrillError, TopicReplay, replay_check
 
 from ._console import DataOption, consoles, yes
 

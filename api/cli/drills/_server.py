@@ -17,13 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-from api import DrillError, TxnStreamHttpError
-from api.client import AsyncClient
+import txnstream
+from txnstream.api import DrillError, TxnStreamHttpError
+from txnstream.api.client import AsyncClient
 
 REQUEST_TIMEOUT = 15.0
 """Seconds per request of the workload (a long poll waits 1 s)."""
 
-_REPO = Path(__file__).resolve().parents[3]
+# The folder that holds the imported ``txnstream`` package (not symlink-resolved: in the
+# repository that is its root, where ``txnstream/`` links the layers in), so the child
+# imports the same code, installed or not, and no layer folder lands on its path.
+_IMPORT_ROOT = Path(txnstream.__file__).parent.parent
 
 
 def _free_port(avoid: set[int]) -> int:
@@ -57,15 +61,16 @@ class ServerChild:
 
     def _spawn(self, port: int) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH")) if p)
-        args = [sys.executable, "-m", "api", "serve", "--data", str(self.data)]
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_IMPORT_ROOT), env.get("PYTHONPATH")) if p
+        )
+        args = [sys.executable, "-m", "txnstream", "serve", "--data", str(self.data)]
         args += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
         with open(self.log_path, "ab") as log:
             log.write(f"--- start {self.generation + 1} on port {port}\n".encode())
             log.flush()
             return subprocess.Popen(
                 args,
-                cwd=_REPO,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from api import DB_FILE, Engine
+from txnstream.api import DB_FILE, Engine
 
 from ._console import DataOption, consoles
 

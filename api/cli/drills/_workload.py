@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from api import DrillError, TxnStreamHttpError, TxnStreamTransportError
-from api.client import AsyncClient
+from txnstream.api import DrillError, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api.client import AsyncClient
 
 from ._history import Delivery, History, Pos, Sent, TxnRun, parse_position
 from ._server import ServerChild
