@@ -23,7 +23,11 @@ from txnstream.api.client import Client
 UrlOption = Annotated[
     str,
     typer.Option(
-        "--url", envvar="TXNSTREAM_URL", metavar="URL", help="Server URL.", show_envvar=True
+        "--url",
+        envvar="TXNSTREAM_URL",
+        metavar="URL",
+        help="Server URL; several, comma-separated (a,b,c), to follow the active one.",
+        show_envvar=True,
     ),
 ]
 TokenOption = Annotated[
@@ -97,7 +101,11 @@ def connect(url: str, token: str | None = None) -> Iterator[Client]:
     """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
     it and exits 1."""
     try:
-        with Client(url, token=token or None) as client:
+        client = Client(url, token=token or None)
+    except ValueError as exc:
+        usage(f"--url: {exc}")
+    try:
+        with client:
             yield client
     except (TxnStreamTransportError, TxnStreamHttpError) as exc:
         fail(describe(exc))

@@ -5,6 +5,13 @@ Errors are ``api.TxnStreamHttpError`` (an error answer) and ``api.TxnStreamTrans
 """
 
 from ._calls import message_value, wire_message
-from ._client import DEFAULT_TIMEOUT, AsyncClient, Client
+from ._client import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_TIMEOUT, AsyncClient, Client
 
-__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Client", "message_value", "wire_message"]
+__all__ = [
+    "DEFAULT_FAILOVER_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "AsyncClient",
+    "Client",
+    "message_value",
+    "wire_message",
+]

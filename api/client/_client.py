@@ -6,10 +6,15 @@ answers' JSON bodies as HTTP_API.md describes them, unwrapped when the body is o
 they created. A non-2xx answer raises :class:`~txnstream.api.TxnStreamHttpError` (``status``,
 ``code``, ``message``); no answer at all raises :class:`~txnstream.api.TxnStreamTransportError`
 (code ``unavailable``).
+
+A client may be given several servers (``"http://a:8080,http://b:8080"`` or a list): it
+follows the active one among them (:mod:`txnstream.api.client._servers`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
 
@@ -17,13 +22,18 @@ import httpx
 
 from . import _calls as calls
 from ._calls import Body, Call, PositionLike, answer, unreachable
+from ._servers import Servers
 
-__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Client"]
+__all__ = ["DEFAULT_FAILOVER_TIMEOUT", "DEFAULT_TIMEOUT", "AsyncClient", "Client"]
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 """60 s per request (a long poll waits at most 30 s), 5 s to connect."""
+
+DEFAULT_FAILOVER_TIMEOUT = 15.0
+"""Seconds a request goes on looking for the active server among several (a standby
+takes over within its lease timeout, 5 s by default, plus its recovery)."""
 
 
 class _Settings:
@@ -31,15 +41,27 @@ class _Settings:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         token: str | None = None,
         trust_env: bool = True,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
-        self.url = url.rstrip("/")
+        self._servers = Servers(url, failover_timeout=failover_timeout, token=token is not None)
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-        self._open(base_url=self.url, timeout=timeout, headers=headers, trust_env=trust_env)
+        # No base URL: every request names its server, one the client was given.
+        self._open(timeout=timeout, headers=headers, trust_env=trust_env)
+
+    @property
+    def url(self) -> str:
+        """The server requests go to first: the one that answered last."""
+        return self._servers.current
+
+    @property
+    def urls(self) -> list[str]:
+        """Every server this client was given."""
+        return list(self._servers.urls)
 
     def _open(self, **options: Any) -> None:
         raise NotImplementedError
@@ -66,13 +88,23 @@ class Client(_Settings):
         self._http.close()
 
     def _send(self, call: Call[T]) -> T:
-        try:
-            response = self._http.request(
-                call.method, call.path, params=call.params, json=call.json
-            )
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from exc
-        return call.read(response)
+        attempt = self._servers.attempt()
+        delay: float | None
+        while True:
+            try:
+                response = self._http.request(
+                    call.method, attempt.url + call.path, params=call.params, json=call.json
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                delay = attempt.refused(exc)
+            except httpx.TransportError as exc:
+                raise unreachable(attempt.url, exc) from exc
+            else:
+                delay = attempt.answered(response)
+                if delay is None:
+                    return call.read(response)
+            if delay:
+                time.sleep(delay)
 
     def request(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, json: Any = None
@@ -238,14 +270,24 @@ class AsyncClient(_Settings):
         """Close the connections; the client cannot be used again."""
         await self._http.aclose()
 
-    async def _send(self, call: Call[T]) -> T:
-        try:
-            response = await self._http.request(
-                call.method, call.path, params=call.params, json=call.json
-            )
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from exc
-        return call.read(response)
+    async def _send(self, call: Call[T]) -> T:  # Client._send, awaiting
+        attempt = self._servers.attempt()
+        delay: float | None
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method, attempt.url + call.path, params=call.params, json=call.json
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                delay = attempt.refused(exc)
+            except httpx.TransportError as exc:
+                raise unreachable(attempt.url, exc) from exc
+            else:
+                delay = attempt.answered(response)
+                if delay is None:
+                    return call.read(response)
+            if delay:
+                await asyncio.sleep(delay)
 
     async def request(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, json: Any = None
