@@ -1,8 +1,10 @@
-"""The bottom layer: positions, entries, the msgpack codec, and the managed ledger on SQLite.
+"""The bottom layer: positions, entries, the msgpack codec, the managed ledger, and the
+storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite implementation.
 
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
+from ._batch import WriteBatch
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import (
     PACK_ERRORS,
@@ -56,7 +58,8 @@ from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_va
 from ._position import Position
 from ._reads import EntryMeta, decode_row
 from ._schema import DB_FILE
-from ._store import Store, WriteBatch
+from ._sqlite_store import SqliteStore
+from ._store import StorageMetrics, Store
 from ._tiers import LedgerInfo
 
 __all__ = [
@@ -98,6 +101,8 @@ __all__ = [
     "RemoteStorageError",
     "Row",
     "SnapshotError",
+    "SqliteStore",
+    "StorageMetrics",
     "Store",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
