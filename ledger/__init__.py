@@ -59,7 +59,8 @@ from ._position import Position
 from ._reads import EntryMeta, decode_row
 from ._schema import DB_FILE
 from ._sqlite_store import SqliteStore
-from ._store import StorageMetrics, Store
+from ._sqlite_view import database_file
+from ._store import DataRow, StorageMetrics, Store, StoreReader
 from ._tiers import LedgerInfo
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "CorruptEntryError",
     "DB_FILE",
     "DataDirLockedError",
+    "DataRow",
     "DirectoryLock",
     "DrillError",
     "EngineError",
@@ -104,6 +106,7 @@ __all__ = [
     "SqliteStore",
     "StorageMetrics",
     "Store",
+    "StoreReader",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
     "TooLargeError",
@@ -116,6 +119,7 @@ __all__ = [
     "TxnStreamSourceError",
     "TxnStreamTransportError",
     "WriteBatch",
+    "database_file",
     "decode_payload",
     "decode_payloads",
     "decode_row",

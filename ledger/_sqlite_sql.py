@@ -201,3 +201,53 @@ def segments(ids: Iterable[int]) -> str:
         "SELECT segment_id, data FROM snapshot_segments"
         f" WHERE topic_id = ? AND segment_id IN ({listed})"
     )
+
+
+# -- the read-only reader (other processes: the Spark path mode) ---------------------------
+
+VIEW_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?, ?)"
+VIEW_VERSION = "PRAGMA user_version"
+VIEW_TOPIC = "SELECT topic_id FROM topics WHERE name = ?"
+VIEW_FIRST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " ORDER BY ledger_id, entry_id LIMIT 1"
+)
+VIEW_LAST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_LAST_BEFORE = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) < (?, ?) ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_REMOTE = (
+    "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = ?"
+    " AND location = 'remote' ORDER BY ledger_id"
+)
+VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state NOT IN ({marks})"
+VIEW_FIRST_DATA = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ? AND kind = 0 AND txn IN ({marks})"
+)
+VIEW_AFTER = " AND (ledger_id, entry_id) > (?, ?)"
+VIEW_FIRST_ORDER = " ORDER BY ledger_id, entry_id LIMIT 1"
+VIEW_NTH = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT 1 OFFSET ?"
+)
+VIEW_LEDGER_TOPS = (
+    "SELECT ledger_id, (SELECT max(entry_id) FROM entries e WHERE e.topic_id ="
+    " l.topic_id AND e.ledger_id = l.ledger_id) FROM ledgers l WHERE topic_id = ?"
+    " ORDER BY ledger_id"
+)
+VIEW_HAS_ABORTS = (
+    "SELECT 1 FROM ledgers WHERE topic_id = ? AND ledger_id >= ? AND has_aborts != 0 LIMIT 1"
+)
+VIEW_ABORTED = (
+    "SELECT txn FROM aborted_txns WHERE topic_id = ?"
+    " AND (marker_ledger, marker_entry) >= (?, ?)"
+    " AND (first_ledger, first_entry) < (?, ?) AND (last_ledger, last_entry) >= (?, ?)"
+)
+VIEW_DATA = (
+    "SELECT entry_id, txn, data FROM entries WHERE topic_id = ? AND ledger_id = ?"
+    " AND entry_id >= ? AND entry_id < ? AND kind = 0 ORDER BY entry_id"
+)

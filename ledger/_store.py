@@ -43,11 +43,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -627,3 +628,92 @@ class Store(abc.ABC):
         self, topic_id: int, segment_ids: Sequence[int]
     ) -> dict[int, bytes]:
         """The segments of ``segment_ids`` that exist, by id."""
+
+
+DataRow = tuple[int, int | None, bytes]
+"""``(entry_id, txn sequence or None, payload)`` of one data entry."""
+
+
+class StoreReader(abc.ABC):
+    """Read-only, synchronous access to a store's committed rows, for readers in other
+    processes (the Spark ``path`` mode): no engine, no event loop, no writes.
+
+    One connection, used from the thread that opened it; close it (or use it as a
+    context manager). Every read inside :meth:`snapshot` sees one consistent, committed
+    state of the store while its owner keeps writing. What the rows *mean* (the
+    committed view) is :class:`~txnstream.txn_buffer.CommittedReader`'s business.
+    """
+
+    @staticmethod
+    def open(path: str | Path) -> StoreReader:
+        """Open the data directory at ``path`` read-only. Raises
+        :class:`~txnstream.ledger.InvalidArgumentError` if it is not a txnstream data
+        directory, :class:`~txnstream.ledger.LedgerError` if it cannot be opened."""
+        from ._sqlite_view import SqliteStoreReader  # (it imports this module)
+
+        return SqliteStoreReader(path)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @abc.abstractmethod
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which every read sees one snapshot of the store."""
+
+    @abc.abstractmethod
+    def topic_id(self, name: str) -> int | None:
+        """The id of topic ``name``, None if there is none."""
+
+    @abc.abstractmethod
+    def first_local(self, topic_id: int) -> Position | None:
+        """The oldest entry stored locally (not offloaded)."""
+
+    @abc.abstractmethod
+    def last_local(self, topic_id: int, before: Position | None = None) -> Position | None:
+        """The newest entry stored locally (before ``before``, when given)."""
+
+    @abc.abstractmethod
+    def remote_ledgers(self, topic_id: int) -> list[tuple[int, int, str, int | None]]:
+        """The offloaded ledgers, oldest first: ``(ledger_id, entries, url, size)``."""
+
+    @abc.abstractmethod
+    def undecided_txns(self, decided: Sequence[str]) -> list[tuple[int, bytes]]:
+        """``(seq, encoded topics)`` of every transaction whose state is not in
+        ``decided``."""
+
+    @abc.abstractmethod
+    def first_data_of(
+        self, topic_id: int, txns: Sequence[int], after: Position | None
+    ) -> Position | None:
+        """The first local data entry of any of ``txns`` (after ``after``, if given)."""
+
+    @abc.abstractmethod
+    def nth_local(self, topic_id: int, start: Position, n: int) -> Position | None:
+        """The position of the ``n``-th local entry (0-based) at or after ``start``."""
+
+    @abc.abstractmethod
+    def ledger_tops(self, topic_id: int) -> list[tuple[int, int | None]]:
+        """``(ledger_id, highest local entry id or None)`` of every ledger, in order."""
+
+    @abc.abstractmethod
+    def has_aborts_from(self, topic_id: int, ledger_id: int) -> bool:
+        """Whether a ledger at or after ``ledger_id`` holds aborted-index rows."""
+
+    @abc.abstractmethod
+    def aborted_in(self, topic_id: int, ledger_id: int, lo: int, hi: int) -> set[int]:
+        """Sequences of the aborted transactions with data in entries ``lo <= e < hi``
+        of a local ledger (by the aborted index)."""
+
+    @abc.abstractmethod
+    def data_rows(
+        self, topic_id: int, ledger_id: int, lo: int, hi: int, chunk: int
+    ) -> Iterator[list[DataRow]]:
+        """The data entries ``lo <= e < hi`` of a local ledger (markers skipped), in
+        entry order, as lists of up to ``chunk`` rows fetched in bulk."""
