@@ -60,9 +60,13 @@ def violations(path: Path) -> list[str]:
             for alias in node.names:
                 if alias.name.split(".")[0] in DRIVERS:
                     out.append(f"{where}: imports the database driver {alias.name}")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in DRIVERS:
-                out.append(f"{where}: imports from the database driver {node.module}")
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in DRIVERS
+        ):
+            out.append(f"{where}: imports from the database driver {node.module}")
     return out
 
 
