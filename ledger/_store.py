@@ -1,13 +1,28 @@
 """The storage seam: :class:`Store`, the one interface between the engine and its database.
 
-The layers above say *what* they store, never how: writes are typed operations queued
-on a :class:`~txnstream.ledger.WriteBatch` (``insert_entry``, ``put_cursor``,
-``record_txn``, ``put_snapshot``, ...), reads are typed methods of the store
-(``ledger_rows``, ``subscription_rows``, ``txn_rows``, ``snapshot_rows``, ...). No SQL
-and no database driver exists above ``ledger/`` (``tests/test_storage_seam.py`` checks
-it). :class:`~txnstream.ledger._sqlite_store.SqliteStore` is the implementation on one
-SQLite file; another store (PostgreSQL) is a sibling subclass with its own statement
-table and transport.
+The layers above say *what* they store, never how, and no SQL and no database driver
+exists above ``ledger/`` (``tests/test_storage_seam.py`` checks it):
+
+* **Writes** are typed operations queued on a :class:`~txnstream.ledger.WriteBatch`, by
+  domain: the log (``insert_entry``, ``insert_entries``, ``open_ledger``,
+  ``seal_ledger``, ``trim_ledgers``, ``move_ledger_remote``, ``put_aborted``), the
+  catalog (``create_topic``, ``put_retention``, ``put_offload_policy``, ``drop_topic``,
+  ``put_producer``), subscriptions (``create_subscription``, ``put_cursor``,
+  ``drop_subscription``), the coordinator (``reserve_txn_seqs``, ``record_txn``,
+  ``put_finish_key``, ``prune_txns``) and snapshots (``put_snapshot``,
+  ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
+* **Reads** are typed coroutines of the store, by the same domains (``ledger_rows``,
+  ``read_range``, ``topic_rows``, ``subscription_rows``, ``txn_rows``,
+  ``snapshot_rows``, ...), each documented below with the shape of its rows.
+* **What the store reports**: :meth:`Store.storage_metrics` (database and WAL sizes).
+* **Other processes** read through :class:`StoreReader` (read-only, synchronous).
+
+:class:`~txnstream.ledger.SqliteStore` is the implementation on one SQLite file. Another
+store (PostgreSQL) is a sibling subclass: a statement for every operation key of
+:data:`txnstream.ledger._batch.OPERATIONS` (the SQLite table is
+:mod:`txnstream.ledger._sqlite_sql`), the transport (:meth:`Store._hop`,
+:meth:`Store._transient`, :meth:`Store._close_connections`), the reads, and a
+:class:`StoreReader`; the group commit machinery below is shared.
 
 Contracts every implementation keeps:
 
@@ -15,7 +30,10 @@ Contracts every implementation keeps:
   to :attr:`Store.batch`, the open batch, directly). The writer takes every batch queued
   since its last flush and applies their operations in submission order inside ONE
   store transaction, in ONE hop off the event loop (an awaited round trip costs far more
-  than the statements, so hops are counted per flush, never per message).
+  than the statements, so hops are counted per flush, never per message). Everything
+  of one flush becomes durable together or not at all: a decision, its markers and the
+  acks it applies are atomic. A later write of a row wins over an earlier one
+  (``record_txn`` even overwrites its transaction's row queued earlier in the batch).
 * **Persist, then publish.** After the COMMIT returns, the batches' ``on_durable``
   callbacks run on the event loop in submission order, then their futures complete.
   Durable state is therefore always a prefix of the submitted sequence, and in-memory
