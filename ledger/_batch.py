@@ -304,13 +304,18 @@ class WriteBatch:
         """
         rows = self._txn_rows
         if rows is None:
-            rows = self._txn_rows = {}
-        queued = rows.get(row[0])
-        if queued is not None:
-            queued[:] = row
-            return
-        rows[row[0]] = row
-        self.add(TXN, row)
+            self._txn_rows = {row[0]: row}
+        else:
+            queued = rows.get(row[0])
+            if queued is not None:
+                queued[:] = row
+                return
+            rows[row[0]] = row
+        ops = self._ops  # (add, inline)
+        if ops and ops[-1][0] == TXN:
+            ops[-1][1].append(row)
+        else:
+            ops.append((TXN, [row]))
 
     def put_finish_key(self, key: str, created_ms: int) -> None:
         """Record a used ``finish`` idempotence key."""
