@@ -117,3 +117,23 @@ def test_sighup_reloads_the_auth_file(tmp_path: Path) -> None:
         wait_for(lambda: "auth file not reloaded" in server.log(), 15, "the failed reload")
         assert status("alice-rotated-token") == 200
         assert server.proc.poll() is None
+
+
+def test_the_auth_file_env_var_turns_auth_on(tmp_path: Path, monkeypatch: Any) -> None:
+    """``TXNSTREAM_AUTH_FILE`` is ``--auth``: a bad file stops the start, a good one
+    wants tokens (issue 30, item 5: it was silently ignored)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"principals": [{"name": "x", "token": "sha256:abc"}]}))
+    done = run_serve("--data", str(tmp_path / "d"), env={"TXNSTREAM_AUTH_FILE": str(bad)})
+    assert done.returncode == 2
+    assert "64 hex digits" in done.stderr
+    # beyond loopback it counts as authentication: no --insecure needed
+    refused = run_serve("--data", str(tmp_path / "d"), "--host", "0.0.0.0")
+    assert refused.returncode == 2
+
+    monkeypatch.setenv("TXNSTREAM_AUTH_FILE", str(write_auth_file(tmp_path / "p.json")))
+    with ServeSubprocess(tmp_path / "data", tmp_path / "log") as server:
+        assert httpx.get(f"{server.url}/v1/topics", timeout=10).status_code == 401
+        answer = httpx.get(f"{server.url}/v1/topics", headers=bearer("alice"), timeout=10)
+        assert answer.status_code == 200
+        assert "authentication on: 3 principal(s)" in server.log()
