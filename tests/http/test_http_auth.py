@@ -360,6 +360,52 @@ def test_cross_site_requests_are_refused(
     assert httpx.get(f"{url}/v1/topics", headers=local, timeout=10).status_code == 200
 
 
+def test_a_cross_site_image_get_attaches_no_consumer(server_url: str, name: str) -> None:
+    """``<img src=".../messages?consumer=evil">`` on another site: the browser sends no
+    ``Origin``, only ``Sec-Fetch-Site: cross-site``; refused before the route, so the
+    exclusive subscription keeps its messages for its own consumer (issue 30, item 7)."""
+    url, sub = server_url, f"/v1/topics/{name}/subscriptions/s"
+    assert httpx.put(f"{url}/v1/topics/{name}", timeout=10).status_code == 201
+    assert httpx.put(f"{url}{sub}", json={"type": "exclusive"}, timeout=10).status_code == 201
+    body = {"messages": [{"value": 1}]}
+    assert httpx.post(f"{url}/v1/topics/{name}/messages", json=body, timeout=10).is_success
+    image = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    for site in ("cross-site", "same-site", "Cross-Site"):
+        stolen = _get(url, f"{sub}/messages?consumer=evil", **{**image, "Sec-Fetch-Site": site})
+        assert stolen.status_code == 403, site
+        assert stolen.json()["error"]["code"] == "forbidden"
+        assert "Sec-Fetch-Site" in stolen.json()["error"]["message"]
+    assert _get(url, "/v1/health", **image).status_code == 200  # health stays open
+    # the page itself (same-origin) and a typed URL (none) are the server's own
+    for site in ("same-origin", "none"):
+        assert _get(url, "/v1/topics", **{"Sec-Fetch-Site": site}).status_code == 200
+    mine = _get(url, f"{sub}/messages?consumer=mine")
+    assert mine.status_code == 200  # no 409: evil never attached
+    assert [m["value"] for m in mine.json()["messages"]] == [1]
+
+
+def test_a_cors_origin_may_call_cross_site(auth_server: ServeSubprocess) -> None:
+    """A page of an allowed ``--cors-origin`` calls with ``Origin`` and
+    ``Sec-Fetch-Site: cross-site`` (or ``same-site``): served; the same without its
+    ``Origin`` (a plain link or image from it) is not."""
+    url = auth_server.url
+    for site in ("cross-site", "same-site"):
+        fetched = {"Origin": CORS_ORIGIN, "Sec-Fetch-Site": site, **bearer("alice")}
+        assert _get(url, "/v1/topics", **fetched).status_code == 200
+        assert _get(url, "/v1/topics", **{"Sec-Fetch-Site": site}).status_code == 403
+    preflight = httpx.options(
+        f"{url}/v1/topics",
+        headers={
+            "Origin": CORS_ORIGIN,
+            "Sec-Fetch-Site": "cross-site",
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        },
+        timeout=10,
+    )
+    assert preflight.status_code == 200
+
+
 def test_a_cors_origin_may_call_and_preflight(auth_server: ServeSubprocess) -> None:
     url = auth_server.url
     preflight = httpx.options(
