@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("txnstream.auth")
 
 PRINCIPAL_KEY = "txnstream.principal"
-"""The scope key of the authenticated caller's :class:`~txnstream.api.http._auth.Identity`."""
+"""The scope key of the authenticated caller's :class:`~txnstream.api.Principal`."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _OTHER_SITES = frozenset({b"cross-site", b"same-site"})

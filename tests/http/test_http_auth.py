@@ -565,8 +565,9 @@ def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
     assert (ops.name, ops.admin, dev.name, dev.admin) == ("ops", True, "dev", False)
     assert auth.identify("sha256:" + token_digest("s3cret").hex()) is None  # not the secret
     assert auth.identify("Plain") is None
-    assert dev.may(["consume"], "anything")
-    assert not dev.may(["produce", "manage"], "anything")
+    assert dev.may_do("receive", "anything", "any-subscription")
+    assert not dev.may_do("produce", "anything")
+    assert not dev.may_do("delete_subscription", "anything", "any-subscription")
 
 
 AUTHENTICATED_ROUTES = {
@@ -587,6 +588,7 @@ AUTHENTICATED_ROUTES = {
 
 
 async def test_every_route_has_its_rule(engine: Any) -> None:
+    from txnstream.api import OPERATIONS
     from txnstream.api.http import create_app
     from txnstream.api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
 
@@ -597,12 +599,13 @@ async def test_every_route_has_its_rule(engine: Any) -> None:
         for method in sorted(getattr(route, "methods", None) or ()):
             if method == "HEAD":
                 continue
-            need, topic = need_of(method, path)
+            need, topic, sub = need_of(method, path)
             if template.startswith("/ui/") and need == OPEN:  # console shells: no data
                 assert "fragments" not in template, template
-            elif "{topic}" in template:  # a topic in the path: actions on it, or admin only
-                assert isinstance(need, tuple) or need == ADMIN, (method, template)
+            elif "{topic}" in template:  # a topic in the path: an operation on it, or admin
+                assert need in OPERATIONS or need == ADMIN, (method, template)
                 assert topic == "t" or need == ADMIN, (method, template)
+                assert sub == ("s" if "{sub}" in template else None), (method, template)
             elif need == AUTHENTICATED:
                 assert (method, template) in AUTHENTICATED_ROUTES, (method, template)
             else:
