@@ -85,8 +85,7 @@ class Consuming(EngineCore):
             raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
-        if not isinstance(consumer, str) or not consumer or len(consumer) > 200:
-            raise InvalidArgumentError("consumer must be a non-empty string")
+        validate_name(consumer, "consumer")  # it is shown in stats, logs and the console
         sub = self._subscription(topic, subscription)
         if principal is not None and sub.isolation is not Isolation.READ_COMMITTED:
             _check_uncommitted(principal, topic, subscription)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import stat
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from txnstream.api import Engine, EngineConfig
+from txnstream.api import DB_FILE, Engine, EngineConfig, EngineError
 
 from ._common import fail
 from ._config_flags import SERVE_DEFAULTS, with_config_flags
@@ -81,6 +83,10 @@ class _ServedApp:
             if message["type"] == "lifespan.startup":
                 try:
                     self._engine = await Engine.open(self.data, config=self.config)
+                except (OSError, EngineError) as exc:  # a known cause: one line says it all
+                    log.error("cannot open the engine at %s: %s", self.data, exc)
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -119,6 +125,26 @@ class _ServedApp:
         )
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
+
+
+def unwritable(data: Path) -> str | None:
+    """Why ``serve`` could not write to the data directory (None if it can): probed by
+    writing, since a read-only mount or another owner's files refuse root too."""
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=data):
+            pass
+        if (data / DB_FILE).exists():
+            with (data / DB_FILE).open("ab"):
+                pass
+    except OSError as exc:
+        return f"--data {data}: cannot write there: {exc.strerror or exc}"
+    return None
+
+
+def world_readable(paths: Sequence[Path | None]) -> list[Path]:
+    """The secret files among ``paths`` (auth file, TLS key) that any local user may read."""
+    return [p for p in paths if p is not None and p.stat().st_mode & stat.S_IROTH]
 
 
 def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
@@ -300,6 +326,8 @@ def serve(
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
+    if (problem := unwritable(data)) is not None:
+        fail(problem)
     files = raise_file_limit()
     asked = limit_concurrency
     if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
@@ -328,6 +356,8 @@ def serve(
             files,
             limit_concurrency,
         )
+    for secret in world_readable((auth, tls_key)):
+        log.warning("%s is readable by every local user: chmod o-r %s", secret, secret)
     if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
         log.warning("serving %s without authentication (--insecure)", host)
     elif access.auth is not None:

@@ -2,6 +2,8 @@
 
 :class:`GuardMiddleware` (pure ASGI, the outermost layer) answers before anything else:
 
+* a request with more than one ``Host`` header, or one in the ``user@host`` form, is 400
+  ``invalid_request`` (RFC 9112, 3.2), whatever the bind;
 * bound to a loopback address, a request whose ``Host`` names anything but the bound
   address, ``localhost`` or an ``--allowed-host`` name is 400 ``invalid_request``: a
   page from another site that re-points its own name at 127.0.0.1 (DNS rebinding)
@@ -192,13 +194,22 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         host_header = origin_header = fetch_site = None
+        hosts = 0
         for name, value in scope["headers"]:
             if name == b"host":
                 host_header = value.decode("latin-1")
+                hosts += 1
             elif name == b"origin":
                 origin_header = value.decode("latin-1")
             elif name == b"sec-fetch-site":
                 fetch_site = value.strip().lower()
+        if hosts > 1 or (host_header is not None and "@" in host_header):
+            # two Hosts (a proxy and the server may each read another one) or a userinfo
+            # form (urlsplit would read "evil@127.0.0.1" as 127.0.0.1): RFC 9112 3.2 says 400
+            shown = (host_header or "")[:100]
+            text = f"Host {shown!r} is malformed or repeated: one Host header, host[:port]"
+            await refuse(send, scope, self.policy.refusals, 400, "host", text, None)
+            return
         allowed = self.policy.allowed_hosts
         if allowed is None and origin_header is None and fetch_site is None:
             await self.app(scope, receive, send)  # (nothing to check: no URL parsing)

@@ -610,3 +610,44 @@ async def test_every_route_has_its_rule(engine: Any) -> None:
                 assert (method, template) in AUTHENTICATED_ROUTES, (method, template)
             else:
                 assert need in (OPEN, ADMIN), (method, template)
+
+
+def _raw(port: int, head: bytes) -> bytes:
+    """Send ``head`` (a request's head) over a socket; the status line of the answer."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := sock.recv(4096)):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_repeated_and_userinfo_hosts_are_refused(server_url: str) -> None:
+    """Two ``Host`` headers (a proxy in front might route by the other one) or
+    ``user@host`` (read as the host after the @) are 400, on any bind (issue 30, item 9)."""
+    port = int(server_url.rsplit(":", 1)[1])
+    here = f"127.0.0.1:{port}".encode()
+    for hosts in (
+        [here, here],
+        [here, b"attacker.example"],
+        [b"attacker.example@" + here],
+        [b"u:p@" + here],
+    ):
+        head = b"GET /v1/topics HTTP/1.1\r\n" + b"".join(b"Host: %s\r\n" % h for h in hosts)
+        assert _raw(port, head + b"connection: close\r\n\r\n").startswith(b"HTTP/1.1 400"), hosts
+    one = b"GET /v1/topics HTTP/1.1\r\nHost: %s\r\nconnection: close\r\n\r\n" % here
+    assert _raw(port, one).startswith(b"HTTP/1.1 200")
+
+
+def test_consumer_names_follow_the_name_rules(server_url: str, name: str) -> None:
+    url = f"{server_url}/v1/topics/{name}"
+    assert httpx.put(url, timeout=10).status_code == 201
+    assert httpx.put(f"{url}/subscriptions/s", timeout=10).status_code == 201
+    for bad in ("a b", "<script>", "..", "__x", "x/y", "é"):
+        r = httpx.get(f"{url}/subscriptions/s/messages", params={"consumer": bad}, timeout=10)
+        assert r.status_code == 400, bad
+        assert r.json()["error"]["code"] == "invalid_request"
+    ok = httpx.get(f"{url}/subscriptions/s/messages", params={"consumer": "w-1.a"}, timeout=10)
+    assert ok.status_code == 200
