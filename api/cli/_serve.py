@@ -17,6 +17,7 @@ without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import stat
@@ -39,7 +40,7 @@ from ._logging import log_config, startup_banner
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from txnstream.api.http import AccessPolicy
+    from txnstream.api.http import AccessPolicy, BodyLimits
 
 __all__ = ["make_server", "serve"]
 
@@ -59,6 +60,7 @@ class _ServedApp:
         self.access = access
         self.url = url
         self.drain = Drain()
+        self.body_limits: BodyLimits | None = None
         self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -91,7 +93,9 @@ class _ServedApp:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-                self._app = create_app(self._engine, drain=self.drain, access=self.access)
+                self._app = create_app(
+                    self._engine, drain=self.drain, access=self.access, body_limits=self.body_limits
+                )
                 self._watch_sighup(True)
                 banner, fields = startup_banner(self._engine, self.url)
                 log.info("%s", banner, extra=fields)
@@ -193,15 +197,21 @@ def make_server(
     engine_settings: dict[str, Any] | None = None,
     limit_concurrency: int | None = None,
     timeout_keep_alive: int = 30,
+    header_timeout: float = 10.0,
+    max_inflight_body_bytes: int | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
     ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
-    it is. Raises ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
+    it is. ``header_timeout`` is the seconds a request's head may take, and the grace
+    before a body must arrive at its minimum rate (see ``BodyLimits``). Raises
+    ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
+
+    from txnstream.api.http import BodyLimits
 
     if access is None:
         access = access_policy(host)
@@ -216,6 +226,10 @@ def make_server(
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
     served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
+    limits = BodyLimits(grace=header_timeout)
+    if max_inflight_body_bytes is not None:
+        limits = dataclasses.replace(limits, max_inflight_bytes=max_inflight_body_bytes)
+    served.body_limits = limits
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -232,8 +246,9 @@ def make_server(
         access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
         timeout_keep_alive=timeout_keep_alive,
-        # our own bound (see _connections): refuses new connections, not the open ones
-        http=bounded_protocol(limit_concurrency) if limit_concurrency else "auto",
+        # our own bounds (see _connections): refuses new connections, not the open ones,
+        # and times out slow heads
+        http=bounded_protocol(limit_concurrency, header_timeout),
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )
@@ -297,6 +312,24 @@ def serve(
             help="Seconds a connection may stay idle (before its first request too).",
         ),
     ] = 30,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            envvar="TXNSTREAM_HEADER_TIMEOUT",
+            help="Seconds a request's headers may take to arrive (else 408 and closed); also"
+            " the grace after which a body must arrive at 64 KiB/s on average (else 408).",
+        ),
+    ] = 10.0,
+    max_inflight_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_MAX_INFLIGHT_BODY_BYTES",
+            help="Request body bytes all requests in progress may hold together: past it a"
+            " request with a body gets 503 before it is read.",
+        ),
+    ] = 256 * 1024 * 1024,
     engine_settings: dict[str, Any] | None = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
@@ -345,6 +378,8 @@ def serve(
             engine_settings=engine_settings,
             limit_concurrency=limit_concurrency,
             timeout_keep_alive=timeout_keep_alive,
+            header_timeout=header_timeout,
+            max_inflight_body_bytes=max_inflight_body_bytes,
         )
     except ValueError as exc:
         fail(str(exc))
