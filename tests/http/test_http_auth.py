@@ -393,17 +393,6 @@ def test_a_cors_origin_may_call_cross_site(auth_server: ServeSubprocess) -> None
         fetched = {"Origin": CORS_ORIGIN, "Sec-Fetch-Site": site, **bearer("alice")}
         assert _get(url, "/v1/topics", **fetched).status_code == 200
         assert _get(url, "/v1/topics", **{"Sec-Fetch-Site": site}).status_code == 403
-    preflight = httpx.options(
-        f"{url}/v1/topics",
-        headers={
-            "Origin": CORS_ORIGIN,
-            "Sec-Fetch-Site": "cross-site",
-            "Access-Control-Request-Method": "GET",
-            "Access-Control-Request-Headers": "authorization",
-        },
-        timeout=10,
-    )
-    assert preflight.status_code == 200
 
 
 def test_a_cors_origin_may_call_and_preflight(auth_server: ServeSubprocess) -> None:
@@ -412,6 +401,7 @@ def test_a_cors_origin_may_call_and_preflight(auth_server: ServeSubprocess) -> N
         f"{url}/v1/topics",
         headers={
             "Origin": CORS_ORIGIN,
+            "Sec-Fetch-Site": "cross-site",  # what a browser's preflight carries
             "Access-Control-Request-Method": "GET",
             "Access-Control-Request-Headers": "authorization",
         },

@@ -58,12 +58,16 @@ def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     return int(lines[0].split()[1]), headers, body
 
 
-def _closed(sock: socket.socket) -> bool:
-    """True once the server has closed ``sock`` (after what it answered); never blocks."""
+def _poll(sock: socket.socket, *, drop: bool) -> bool:
+    """True once the server has answered on ``sock`` or closed it; never blocks.
+    ``drop``: read and drop what it sent (True then means closed), else leave it."""
     sock.setblocking(False)
     try:
-        while sock.recv(65536):
-            pass
+        if drop:
+            while sock.recv(65536):
+                pass
+        else:
+            sock.recv(1, socket.MSG_PEEK)
     except BlockingIOError:
         return False
     except OSError:
@@ -73,17 +77,12 @@ def _closed(sock: socket.socket) -> bool:
     return True
 
 
+def _closed(sock: socket.socket) -> bool:
+    return _poll(sock, drop=True)
+
+
 def _answered(sock: socket.socket) -> bool:
-    """True once the server has sent something on ``sock`` (left there to be read)."""
-    sock.setblocking(False)
-    try:
-        return sock.recv(1, socket.MSG_PEEK) is not None
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        sock.setblocking(True)
+    return _poll(sock, drop=False)
 
 
 def _produce_head(server: ServeSubprocess, topic: str, length: int) -> bytes:
