@@ -359,8 +359,6 @@ def serve(
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
-    if (problem := unwritable(data)) is not None:
-        fail(problem)
     files = raise_file_limit()
     asked = limit_concurrency
     if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
@@ -383,6 +381,8 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
+    if (problem := unwritable(data)) is not None:  # after every setting was checked
+        fail(problem)
     if limit_concurrency < asked:
         log.warning(
             "--limit-concurrency %d needs more open files than this process may have (%d):"

@@ -159,9 +159,9 @@ class BodyLimitMiddleware:
             return
         declared = _content_length(scope)
         # what the body may hold in memory: its declared length, or the limit when it is
-        # chunked (an oversize body is read and dropped, never held)
+        # chunked (a body declared oversize is read and dropped, never held)
         limit = self.max_request_bytes
-        reserved = limit if declared is None else min(declared, limit)
+        reserved = limit if declared is None else declared if declared <= limit else 0
         if reserved and self.inflight + reserved > self.limits.max_inflight_bytes:
             await send_error(
                 send,
