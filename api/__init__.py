@@ -47,6 +47,7 @@ from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, T
 from ._config import EngineConfig
 from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
+from ._grants import OPERATIONS, PERMISSIONS, Grant
 from ._handles import SubscriptionHandle, Transaction
 from ._replay_check import TopicReplay, replay_check
 from ._stats import RecoverySummary, TopicStats
@@ -73,6 +74,7 @@ __all__ = [
     "FetchedEntry",
     "FinishResult",
     "ForbiddenError",
+    "Grant",
     "Health",
     "IncompatibleSnapshotError",
     "InsufficientStorageError",
@@ -80,8 +82,10 @@ __all__ = [
     "LedgerError",
     "Message",
     "NotFoundError",
+    "OPERATIONS",
     "OffloadNotConfiguredError",
     "OutgoingMessage",
+    "PERMISSIONS",
     "Position",
     "Principal",
     "ProduceResult",

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import time
 
-from txnstream.dispatcher import FetchResult, Message, Subscription, fetch
+from txnstream.dispatcher import FetchResult, Isolation, Message, Subscription, fetch
 from txnstream.ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
 from txnstream.txn_buffer import PendingAck
 
-from ._core import EngineCore, EngineState, PositionsArg, PrincipalArg, parse_positions
+from ._core import (
+    EngineCore,
+    EngineState,
+    PositionsArg,
+    PrincipalArg,
+    as_principal,
+    parse_positions,
+)
 
 _MAX_RECEIVE = 10_000
 
@@ -28,12 +35,16 @@ class Consuming(EngineCore):
         type: str = "exclusive",
         initial_position: str = "earliest",
         isolation: str = "read_committed",
+        principal: PrincipalArg = None,
     ) -> bool:
         """Create a subscription; False if it exists with the same type and isolation.
 
-        Raises :class:`SubscriptionConflictError` if it exists with other settings.
+        Raises :class:`SubscriptionConflictError` if it exists with other settings; with a
+        ``principal``, :class:`ForbiddenError` for a read_uncommitted one it may not read.
         """
         validate_name(name, "subscription")
+        if isolation == "read_uncommitted":
+            _check_uncommitted(principal, topic, name)
         async with self._admin_lock:
             return await self.subscriptions.create(
                 self._topic(topic),
@@ -60,21 +71,24 @@ class Consuming(EngineCore):
         timeout: float = 0.0,
         expires: bool = True,
         max_bytes: int | None = None,
+        principal: PrincipalArg = None,
     ) -> list[Message]:
         """Deliver up to ``max`` messages to ``consumer``, waiting up to ``timeout`` s.
 
         Attaches the consumer (an ``expires`` consumer is detached after
         ``consumer_expiry`` seconds without polling). With ``max_bytes``, the messages
-        hold at most that many stored bytes, but at least one comes back.
+        hold at most that many stored bytes, but at least one comes back. With a
+        ``principal``, a read_uncommitted subscription needs its ``read_uncommitted``.
         """
         _check_max_bytes(max_bytes)
         if isinstance(max, bool) or not isinstance(max, int) or not 1 <= max <= _MAX_RECEIVE:
             raise InvalidArgumentError(f"max must be an integer in 1..{_MAX_RECEIVE}")
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
-        if not isinstance(consumer, str) or not consumer or len(consumer) > 200:
-            raise InvalidArgumentError("consumer must be a non-empty string")
+        validate_name(consumer, "consumer")  # it is shown in stats, logs and the console
         sub = self._subscription(topic, subscription)
+        if principal is not None and sub.isolation is not Isolation.READ_COMMITTED:
+            _check_uncommitted(principal, topic, subscription)
         sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
         started = time.perf_counter()
         messages = await sub.receive(consumer, max, timeout, max_bytes)
@@ -159,17 +173,30 @@ class Consuming(EngineCore):
         max: int = 1000,
         isolation: str = "read_committed",
         max_bytes: int | None = None,
+        principal: PrincipalArg = None,
     ) -> FetchResult:
         """Raw entries from ``start`` (inclusive) up to the read limit, with the aborted list.
 
         read_committed returns entries at or below the stable position; ``aborted``
         names exactly the aborted transactions with data entries in the result. With
         ``max_bytes``, the entries hold at most that many stored bytes (at least one).
+        With a ``principal``, read_uncommitted needs its ``read_uncommitted``.
         """
         _check_max_bytes(max_bytes)
+        if isolation == "read_uncommitted":
+            _check_uncommitted(principal, topic)
         return await fetch(
             self._topic(topic), start, max=max, isolation=isolation, max_bytes=max_bytes
         )
+
+
+def _check_uncommitted(
+    principal: PrincipalArg, topic: str, subscription: str | None = None
+) -> None:
+    """Reading open transactions' data needs ``read_uncommitted`` (no principal: anyone)."""
+    p = as_principal(principal)
+    if p is not None:
+        p.check("read_uncommitted", topic, subscription)
 
 
 def _check_max_bytes(max_bytes: int | None) -> None:

@@ -35,6 +35,7 @@ from txnstream.snapshots import SnapshotState
 from txnstream.txn_buffer import Coordinator, Topic, TxnRecord
 
 from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
+from ._grants import OPERATIONS, Grant
 from ._metrics import EngineMetrics
 from ._stats import RecoverySummary
 
@@ -54,10 +55,36 @@ class Principal:
 
     name: str
     admin: bool = False
+    grants: tuple[Grant, ...] = ()
+    """What it may do on topics and subscriptions (:mod:`txnstream.api._grants`); an admin
+    may do everything."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgumentError("a principal's name must be a non-empty string")
+
+    def may(self, permission: str, topic: str, subscription: str | None = None) -> bool:
+        """True if it holds ``permission`` on ``topic`` (and on ``subscription``, if named)."""
+        return self.admin or any(g.allows(permission, topic, subscription) for g in self.grants)
+
+    def may_do(self, operation: str, topic: str, subscription: str | None = None) -> bool:
+        """True if it may do ``operation`` (a key of :data:`~txnstream.api._grants.OPERATIONS`)
+        on ``topic`` (and ``subscription``, for the operations on one)."""
+        return any(self.may(p, topic, subscription) for p in OPERATIONS[operation])
+
+    def sees(self, topic: str) -> bool:
+        """True if it has any grant on ``topic`` (or is an admin): it is listed to it."""
+        return self.admin or any(g.matches(topic) for g in self.grants)
+
+    def check(self, permission: str, topic: str, subscription: str | None = None) -> None:
+        """Raise :class:`ForbiddenError` (reason ``no_grant``) unless it :meth:`may`."""
+        if not self.may(permission, topic, subscription):
+            on = f"topic {topic!r}" if subscription is None else f"subscription {subscription!r}"
+            if subscription is not None:
+                on += f" of topic {topic!r}"
+            refused = ForbiddenError(f"principal {self.name!r} may not {permission} on {on}")
+            refused.reason = "no_grant"  # type: ignore[attr-defined]  # for the refusal count
+            raise refused
 
 
 PrincipalArg = Principal | str | None

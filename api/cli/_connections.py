@@ -9,6 +9,13 @@ Here the check happens when a connection is accepted: past the bound it gets a 5
 connection that sends nothing within the keep-alive time is closed, as an idle
 keep-alive connection is.
 
+A request's head must arrive whole within ``--header-timeout`` of its first byte and
+hold at most :data:`MAX_HEADER_BYTES`, else the connection gets a 408 (431) and is closed:
+uvicorn (httptools) waits for the rest of a head for ever and keeps every header it is
+sent, so a crowd sending half a head each held its connection slots (and memory) without
+end. Its h11 protocol bounds the size only, and neither has a deadline (the deadline here
+hooks httptools' parser callbacks, a dependency: with h11 only the size bound holds).
+
 On SIGTERM uvicorn closes an idle connection at once: a request already on its way
 over it would meet a closed connection. Here an idle connection stays open for
 :data:`SHUTDOWN_GRACE` seconds more and answers whatever arrives with 503
@@ -46,13 +53,35 @@ async def _shutting_down(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": _SHUTDOWN_BODY})
 
 
-_BODY = error_body("unavailable", "the server has too many open connections; retry shortly")
-BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\nretry-after: 1\r\ncontent-length: "
-    + str(len(_BODY)).encode("ascii")
-    + b"\r\n\r\n"
-    + _BODY
+MAX_HEADER_BYTES = 64 * 1024
+"""The most a request's head (request line and headers) may hold."""
+
+
+def _closing_response(status: bytes, code: str, message: str) -> bytes:
+    body = error_body(code, message)
+    return (
+        b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+        b"connection: close\r\nretry-after: 1\r\ncontent-length: "
+        + str(len(body)).encode("ascii")
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+BUSY_RESPONSE = _closing_response(
+    b"503 Service Unavailable",
+    "unavailable",
+    "the server has too many open connections; retry shortly",
+)
+SLOW_HEAD_RESPONSE = _closing_response(
+    b"408 Request Timeout",
+    "invalid_request",
+    "the request's headers did not arrive in time (serve --header-timeout)",
+)
+LARGE_HEAD_RESPONSE = _closing_response(
+    b"431 Request Header Fields Too Large",
+    "invalid_request",
+    f"the request's headers exceed {MAX_HEADER_BYTES} bytes",
 )
 
 
@@ -67,16 +96,119 @@ def _base_protocol() -> type[Any]:
     return HttpToolsProtocol
 
 
-def bounded_protocol(max_connections: int) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol with at most ``max_connections`` open at once, a
-    deadline before the first request, and a 503 grace period on shutdown."""
+LINGER_SECONDS = 2.0
+"""How long a connection closed mid-request keeps reading (and dropping) what the client
+still sends, so that the answer reaches it before the close."""
+
+
+class _LingeringTransport:
+    """A connection's transport as uvicorn sees it, but a close while the client is
+    still sending its request lingers (see ``_linger`` in :func:`bounded_protocol`)."""
+
+    def __init__(self, inner: Any, protocol: Any) -> None:
+        self._inner = inner
+        self._protocol = protocol
+        self._closing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def is_closing(self) -> bool:
+        return self._closing or bool(self._inner.is_closing())
+
+    def close(self) -> None:
+        self._closing = True
+        if self._protocol._mid_request() and not self._inner.is_closing():
+            self._protocol._linger()
+        else:
+            self._inner.close()
+
+
+def bounded_protocol(
+    max_connections: int | None, header_timeout: float = 10.0
+) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with at most ``max_connections`` open at once (None: no
+    bound), a deadline before the first request, ``header_timeout`` seconds for each
+    request's head, and a 503 grace period on shutdown."""
     refusals = [float("-inf"), 0]  # when the last warning was logged, refusals since
     base = _base_protocol()
 
     class BoundedProtocol(base):  # type: ignore[misc, valid-type]
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0
+
+        # httptools' parser callbacks: a head runs from a message's first byte to the end
+        # of its headers, and its deadline starts with that first byte
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._cancel_head_timer()
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(header_timeout, self._slow_head)
+
+        def on_headers_complete(self) -> None:
+            self._cancel_head_timer()
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                return  # what the client still sends after its answer: dropped unread
+            super().data_received(data)
+            if self._head_timer is not None:  # still in a head after this data
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEADER_BYTES:
+                    self._close_with(LARGE_HEAD_RESPONSE)
+
+        def _slow_head(self) -> None:
+            self._head_timer = None
+            self._close_with(SLOW_HEAD_RESPONSE)
+
+        def _close_with(self, response: bytes) -> None:
+            self._cancel_head_timer()
+            if not self.transport.is_closing():
+                self.transport.write(response)
+                self._linger()
+
+        # Closing a socket with unread data in it sends an RST, and a client still
+        # sending (a body refused before it was read, a head cut off) may then lose the
+        # answer before reading it. So such a connection closes as nginx's
+        # lingering_close does: answer, end the sending side, read and drop what still
+        # arrives, close at the client's end or after LINGER_SECONDS.
+        _lingering = False
+        _lost = False
+        _linger_timer: asyncio.TimerHandle | None = None
+
+        def _mid_request(self) -> bool:
+            cycle = self.cycle
+            return self._head_timer is not None or (
+                cycle is not None and cycle.more_body and not cycle.disconnected
+            )
+
+        def _linger(self) -> None:
+            if self._lingering or self._lost:
+                return
+            self._lingering = True
+            raw = self._raw_transport
+            if raw.can_write_eof():
+                raw.write_eof()
+            raw.resume_reading()
+            self._linger_timer = self.loop.call_later(LINGER_SECONDS, raw.close)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = True
+            self._cancel_head_timer()
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+            super().connection_lost(exc)
+
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
+            self._raw_transport = transport
+            super().connection_made(_LingeringTransport(transport, self))
+            if max_connections is not None and len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refusals[0] >= 1.0:  # one line a second, with the count since
                     log.warning(

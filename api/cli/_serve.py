@@ -17,8 +17,11 @@ without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
+import stat
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from txnstream.api import Engine, EngineConfig
+from txnstream.api import DB_FILE, Engine, EngineConfig, EngineError
 
 from ._common import fail
 from ._config_flags import SERVE_DEFAULTS, with_config_flags
@@ -37,7 +40,7 @@ from ._logging import log_config, startup_banner
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from txnstream.api.http import AccessPolicy
+    from txnstream.api.http import AccessPolicy, BodyLimits
 
 __all__ = ["make_server", "serve"]
 
@@ -57,6 +60,7 @@ class _ServedApp:
         self.access = access
         self.url = url
         self.drain = Drain()
+        self.body_limits: BodyLimits | None = None
         self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -81,11 +85,17 @@ class _ServedApp:
             if message["type"] == "lifespan.startup":
                 try:
                     self._engine = await Engine.open(self.data, config=self.config)
+                except (OSError, EngineError) as exc:  # a known cause: one line says it all
+                    log.error("cannot open the engine at %s: %s", self.data, exc)
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-                self._app = create_app(self._engine, drain=self.drain, access=self.access)
+                self._app = create_app(
+                    self._engine, drain=self.drain, access=self.access, body_limits=self.body_limits
+                )
                 self._watch_sighup(True)
                 banner, fields = startup_banner(self._engine, self.url)
                 log.info("%s", banner, extra=fields)
@@ -119,6 +129,26 @@ class _ServedApp:
         )
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
+
+
+def unwritable(data: Path) -> str | None:
+    """Why ``serve`` could not write to the data directory (None if it can): probed by
+    writing, since a read-only mount or another owner's files refuse root too."""
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=data):
+            pass
+        if (data / DB_FILE).exists():
+            with (data / DB_FILE).open("ab"):
+                pass
+    except OSError as exc:
+        return f"--data {data}: cannot write there: {exc.strerror or exc}"
+    return None
+
+
+def world_readable(paths: Sequence[Path | None]) -> list[Path]:
+    """The secret files among ``paths`` (auth file, TLS key) that any local user may read."""
+    return [p for p in paths if p is not None and p.stat().st_mode & stat.S_IROTH]
 
 
 def check_bind(host: str, *, auth: bool, insecure: bool) -> str | None:
@@ -167,15 +197,21 @@ def make_server(
     engine_settings: dict[str, Any] | None = None,
     limit_concurrency: int | None = None,
     timeout_keep_alive: int = 30,
+    header_timeout: float = 10.0,
+    max_inflight_body_bytes: int | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
     ``access`` defaults to :func:`access_policy` of ``host`` (no tokens); ``tls_cert``
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
-    it is. Raises ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
+    it is. ``header_timeout`` is the seconds a request's head may take, and the grace
+    before a body must arrive at its minimum rate (see ``BodyLimits``). Raises
+    ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
+
+    from txnstream.api.http import BodyLimits
 
     if access is None:
         access = access_policy(host)
@@ -190,6 +226,10 @@ def make_server(
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
     served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
+    limits = BodyLimits(grace=header_timeout)
+    if max_inflight_body_bytes is not None:
+        limits = dataclasses.replace(limits, max_inflight_bytes=max_inflight_body_bytes)
+    served.body_limits = limits
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -206,8 +246,9 @@ def make_server(
         access_log=False,  # the app's own access log (txnstream.access) has more to say
         timeout_graceful_shutdown=35,
         timeout_keep_alive=timeout_keep_alive,
-        # our own bound (see _connections): refuses new connections, not the open ones
-        http=bounded_protocol(limit_concurrency) if limit_concurrency else "auto",
+        # our own bounds (see _connections): refuses new connections, not the open ones,
+        # and times out slow heads
+        http=bounded_protocol(limit_concurrency, header_timeout),
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )
@@ -271,6 +312,24 @@ def serve(
             help="Seconds a connection may stay idle (before its first request too).",
         ),
     ] = 30,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            envvar="TXNSTREAM_HEADER_TIMEOUT",
+            help="Seconds a request's headers may take to arrive (else 408 and closed); also"
+            " the grace after which a body must arrive at 64 KiB/s on average (else 408).",
+        ),
+    ] = 10.0,
+    max_inflight_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TXNSTREAM_MAX_INFLIGHT_BODY_BYTES",
+            help="Request body bytes all requests in progress may hold together: past it a"
+            " request with a body gets 503 before it is read.",
+        ),
+    ] = 256 * 1024 * 1024,
     engine_settings: dict[str, Any] | None = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
@@ -317,9 +376,13 @@ def serve(
             engine_settings=engine_settings,
             limit_concurrency=limit_concurrency,
             timeout_keep_alive=timeout_keep_alive,
+            header_timeout=header_timeout,
+            max_inflight_body_bytes=max_inflight_body_bytes,
         )
     except ValueError as exc:
         fail(str(exc))
+    if (problem := unwritable(data)) is not None:  # after every setting was checked
+        fail(problem)
     if limit_concurrency < asked:
         log.warning(
             "--limit-concurrency %d needs more open files than this process may have (%d):"
@@ -328,6 +391,8 @@ def serve(
             files,
             limit_concurrency,
         )
+    for secret in world_readable((auth, tls_key)):
+        log.warning("%s is readable by every local user: chmod o-r %s", secret, secret)
     if access.auth is None and check_bind(host, auth=False, insecure=False) is not None:
         log.warning("serving %s without authentication (--insecure)", host)
     elif access.auth is not None:

@@ -2,14 +2,23 @@
 
 :class:`GuardMiddleware` (pure ASGI, the outermost layer) answers before anything else:
 
+* a request with more than one ``Host`` header, or one in the ``user@host`` form, is 400
+  ``invalid_request`` (RFC 9112, 3.2), whatever the bind;
 * bound to a loopback address, a request whose ``Host`` names anything but the bound
   address, ``localhost`` or an ``--allowed-host`` name is 400 ``invalid_request``: a
   page from another site that re-points its own name at 127.0.0.1 (DNS rebinding)
   still sends its own name as ``Host``;
 * a request with an ``Origin`` header that is neither the server's own origin (the
   scheme, host and port the request was sent to, so ``/docs`` keeps working) nor an
-  allowed ``--cors-origin`` is 403 ``forbidden``: browsers always send ``Origin`` on a
-  cross-site request and cannot forge it, while curl and programs send none.
+  allowed ``--cors-origin`` is 403 ``forbidden``: browsers send ``Origin`` on a
+  cross-site ``fetch`` and cannot forge it, while curl and programs send none;
+* a request whose ``Sec-Fetch-Site`` is ``cross-site`` or ``same-site`` is 403
+  ``forbidden`` unless its ``Origin`` is an allowed ``--cors-origin`` (``/v1/health``
+  excepted): browsers send no ``Origin`` on an image, script or link GET from another
+  page, but they do send this header, which a page cannot set either. So an
+  ``<img src=".../messages?consumer=evil">`` elsewhere attaches no consumer. Clients
+  that send neither header (curl, programs, old browsers) are judged by the rules
+  above alone.
 
 Every 401/403 (and Host refusal) is logged with the principal or ``anonymous``, the
 method and the path, never the token, and counted in ``/metrics`` as
@@ -37,9 +46,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("txnstream.auth")
 
 PRINCIPAL_KEY = "txnstream.principal"
-"""The scope key of the authenticated caller's :class:`~txnstream.api.http._auth.Identity`."""
+"""The scope key of the authenticated caller's :class:`~txnstream.api.Principal`."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_OTHER_SITES = frozenset({b"cross-site", b"same-site"})
+"""``Sec-Fetch-Site`` values of a request a page of another origin made the browser send."""
+_ANY_SITE_PATHS = frozenset({"/v1/health"})
+"""Routes any page may reach (health says nothing and changes nothing)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -180,14 +193,25 @@ class GuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host_header = origin_header = None
+        host_header = origin_header = fetch_site = None
+        hosts = 0
         for name, value in scope["headers"]:
             if name == b"host":
                 host_header = value.decode("latin-1")
+                hosts += 1
             elif name == b"origin":
                 origin_header = value.decode("latin-1")
+            elif name == b"sec-fetch-site":
+                fetch_site = value.strip().lower()
+        if hosts > 1 or (host_header is not None and "@" in host_header):
+            # two Hosts (a proxy and the server may each read another one) or a userinfo
+            # form (urlsplit would read "evil@127.0.0.1" as 127.0.0.1): RFC 9112 3.2 says 400
+            shown = (host_header or "")[:100]
+            text = f"Host {shown!r} is malformed or repeated: one Host header, host[:port]"
+            await refuse(send, scope, self.policy.refusals, 400, "host", text, None)
+            return
         allowed = self.policy.allowed_hosts
-        if allowed is None and origin_header is None:
+        if allowed is None and origin_header is None and fetch_site is None:
             await self.app(scope, receive, send)  # (nothing to check: no URL parsing)
             return
         scheme = str(scope.get("scheme", "http"))
@@ -204,7 +228,21 @@ class GuardMiddleware:
             )
             await refuse(send, scope, self.policy.refusals, 403, "origin", text, None)
             return
+        if (
+            fetch_site in _OTHER_SITES
+            and scope["path"] not in _ANY_SITE_PATHS
+            and not (origin_header is not None and self._cross_origin_allowed(origin_header))
+        ):
+            text = (
+                f"{fetch_site.decode('latin-1')} request refused (Sec-Fetch-Site); a browser"
+                " page may call only from an origin allowed with serve --cors-origin"
+            )
+            await refuse(send, scope, self.policy.refusals, 403, "fetch_site", text, None)
+            return
         await self.app(scope, receive, send)
+
+    def _cross_origin_allowed(self, header: str) -> bool:
+        return self._any_origin or parse_origin(header) in self._cors
 
     def _origin_allowed(self, header: str, own: tuple[str, str, int] | None) -> bool:
         if self._any_origin:

@@ -45,6 +45,7 @@ from ._auth import AuthMiddleware
 from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._lane import HotLane
+from ._limits import BodyLimits
 from ._schemas import BatchRequest, BeginRequest, ProduceRequest
 from ._telemetry import HttpMetrics
 
@@ -84,13 +85,18 @@ def _middleware_outermost(app: FastAPI) -> None:
 
 
 def create_app(
-    engine: Engine, *, drain: Drain | None = None, access: AccessPolicy | None = None
+    engine: Engine,
+    *,
+    drain: Drain | None = None,
+    access: AccessPolicy | None = None,
+    body_limits: BodyLimits | None = None,
 ) -> FastAPI:
     """The FastAPI app serving the HTTP API over ``engine``, which must already be open.
 
     ``drain`` lets the server owner end pending long polls at shutdown; ``access`` sets
     tokens, the Host rule and allowed cross-site origins (default: no tokens, no Host
-    rule, no cross-site origin).
+    rule, no cross-site origin); ``body_limits`` how slowly and how many request bodies
+    may arrive at once (default: :class:`BodyLimits`).
     """
     app = FastAPIOffline(
         title="txnstream",
@@ -109,7 +115,9 @@ def create_app(
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
     app.add_middleware(HotLane, router=app.router, handlers=app.exception_handlers)
-    app.add_middleware(BodyLimitMiddleware, max_request_bytes=engine.config.max_request_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_request_bytes=engine.config.max_request_bytes, limits=body_limits
+    )
     _install_access(app, access or AccessPolicy())
     # Outermost (added last): ids, counts and logs what the inner middlewares answer too.
     app.state.http_metrics = http_metrics = HttpMetrics()

@@ -1,4 +1,4 @@
-"""Authentication and per-topic authorization: the principals file, bearer tokens, and the
+r"""Authentication and per-topic authorization: the principals file, bearer tokens, and the
 one table from a route to the permission it needs.
 
 The principals file (``serve --auth FILE``) is JSON::
@@ -6,8 +6,13 @@ The principals file (``serve --auth FILE``) is JSON::
     {"principals": [
       {"name": "ops", "token": "sha256:<64 hex>", "admin": true},
       {"name": "billing", "token": "plain-dev-token",
-       "grants": [{"topic": "orders", "actions": ["consume"]},
+       "grants": [{"topic": "orders", "actions": ["consume"], "subscriptions": ["billing-*"]},
                   {"topic": "billing-*", "actions": ["produce", "consume", "manage"]}]}]}
+
+A grant's ``actions`` are :data:`~txnstream.api.PERMISSIONS`; its ``subscriptions`` (names
+or prefixes ending in ``*``; all of the topic's when absent) are those its actions cover.
+What they mean is the engine's (:mod:`txnstream.api._grants`): this module only reads the
+file into :class:`~txnstream.api.Principal`\ s and asks them.
 
 A token is ``sha256:<hex of the SHA-256 of the secret>`` or, for development, the secret
 itself. Only SHA-256 digests are held in memory; a presented token is hashed and compared
@@ -16,12 +21,13 @@ early exit), so neither the file nor the timing gives a token away.
 
 :class:`AuthMiddleware` (pure ASGI, outside the edge middleware) decides every request
 from its method, path and ``Authorization: Bearer`` header alone, before any work and
-before the body is read. :data:`RULES` is the one route -> permission table: ``/v1/health``
-is open, ``/metrics`` is for admins, topic routes need an action on the topic named in
-the path, and everything else (transactions, the topic list, ``/docs``,
-``/openapi.json``, unknown routes) needs a known token. Transactions are checked by
-owner in the engine (the route passes ``principal=``); ``GET /v1/topics`` lists only
-the topics a principal has a grant on.
+before the body is read. :data:`RULES` says which engine operation each route is:
+``/v1/health`` is open, ``/metrics`` is for admins, a topic route is an operation on the
+topic (and subscription) named in the path, which the principal must :meth:`may_do
+<txnstream.api.Principal.may_do>`, and everything else (transactions, the topic list,
+``/docs``, ``/openapi.json``, unknown routes) needs a known token. Transactions are checked
+by owner in the engine, and reading uncommitted data by the engine too (the routes pass
+``principal=``); ``GET /v1/topics`` lists only the topics a principal has a grant on.
 """
 
 from __future__ import annotations
@@ -33,70 +39,26 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 
-from txnstream.api import ForbiddenError, Principal
+from txnstream.api import OPERATIONS, PERMISSIONS, ForbiddenError, Grant, Principal
 
 from ._access import PRINCIPAL_KEY, Refusals, refuse
 from ._edge import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("txnstream.auth")
 
-ACTIONS = ("produce", "consume", "manage")
-"""``produce``: send (also in transactions); ``consume``: subscribe, receive, ack, nack,
-seek, fetch, stats; ``manage``: create and delete the topic and its subscriptions."""
-
 _NAME = re.compile(r"[A-Za-z0-9._@:+-]{1,200}")
-_TOPIC_GRANT = re.compile(r"[A-Za-z0-9._-]{0,200}\*?")
+_PATTERN = re.compile(r"[A-Za-z0-9._-]{0,200}\*?")
 _DIGEST = re.compile(r"sha256:([0-9a-fA-F]{64})")
 _BEARER = re.compile(r"bearer[ \t]+(\S+)[ \t]*", re.IGNORECASE)
 
 
 class AuthFileError(ValueError):
     """The principals file cannot be read or is not in the expected format."""
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """Actions on a topic name, or on every name with a prefix (``"billing-*"``)."""
-
-    topic: str
-    actions: frozenset[str]
-
-    def matches(self, topic: str) -> bool:
-        """True if ``topic`` is this grant's name or starts with its prefix."""
-        if self.topic.endswith("*"):
-            return topic.startswith(self.topic[:-1])
-        return topic == self.topic
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """A principal of the file: its name, whether it is an admin, and its grants."""
-
-    name: str
-    admin: bool
-    grants: tuple[Grant, ...]
-
-    @property
-    def principal(self) -> Principal:
-        """The engine's view of it (who owns transactions, scoped names)."""
-        return Principal(self.name, self.admin)
-
-    def may(self, actions: Iterable[str], topic: str) -> bool:
-        """True if it may do any of ``actions`` on ``topic``."""
-        if self.admin:
-            return True
-        wanted = set(actions)
-        return any(g.matches(topic) and wanted & g.actions for g in self.grants)
-
-    def sees(self, topic: str) -> bool:
-        """True if it has any grant on ``topic`` (or is an admin)."""
-        return self.admin or any(g.matches(topic) for g in self.grants)
 
 
 def token_digest(token: str) -> bytes:
@@ -117,19 +79,33 @@ def _strict_keys(item: Mapping[str, Any], allowed: set[str], where: str) -> None
 def _grant(raw: Any, where: str) -> Grant:
     if not isinstance(raw, dict):
         raise _fail(where, 'a grant is an object {"topic": ..., "actions": [...]}')
-    _strict_keys(raw, {"topic", "actions"}, where)
+    _strict_keys(raw, {"topic", "actions", "subscriptions"}, where)
     topic, actions = raw.get("topic"), raw.get("actions")
-    if not isinstance(topic, str) or not topic or not _TOPIC_GRANT.fullmatch(topic):
+    if not isinstance(topic, str) or not topic or not _PATTERN.fullmatch(topic):
         raise _fail(where, f"topic must be a topic name or a prefix ending in '*', not {topic!r}")
+    known = ", ".join(PERMISSIONS)
     if not isinstance(actions, list) or not actions:
-        raise _fail(where, f"actions must be a non-empty list of {', '.join(ACTIONS)}")
+        raise _fail(where, f"actions must be a non-empty list of {known}")
     for action in actions:
-        if action not in ACTIONS:
-            raise _fail(where, f"unknown action {action!r}; actions are {', '.join(ACTIONS)}")
-    return Grant(topic, frozenset(actions))
+        if action not in PERMISSIONS:
+            raise _fail(where, f"unknown action {action!r}; actions are {known}")
+    subscriptions = raw.get("subscriptions")
+    if subscriptions is None:  # the file format before subscription rights: all of them
+        return Grant(topic, frozenset(actions))
+    if (
+        not isinstance(subscriptions, list)
+        or not subscriptions
+        or not all(isinstance(p, str) and p and _PATTERN.fullmatch(p) for p in subscriptions)
+    ):
+        raise _fail(
+            where,
+            "subscriptions must be a non-empty list of subscription names or prefixes"
+            f" ending in '*', not {subscriptions!r}",
+        )
+    return Grant(topic, frozenset(actions), tuple(subscriptions))
 
 
-def _principal(raw: Any, where: str) -> tuple[bytes, Identity]:
+def _principal(raw: Any, where: str) -> tuple[bytes, Principal]:
     if not isinstance(raw, dict):
         raise _fail(where, "a principal is an object with name, token, admin and grants")
     _strict_keys(raw, {"name", "token", "admin", "grants"}, where)
@@ -153,10 +129,10 @@ def _principal(raw: Any, where: str) -> tuple[bytes, Identity]:
     if not isinstance(grants_raw, list):
         raise _fail(where, "grants must be a list")
     grants = tuple(_grant(g, f"{where} grant {i}") for i, g in enumerate(grants_raw))
-    return digest, Identity(name, admin, grants)
+    return digest, Principal(name, admin, grants)
 
 
-def parse_principals(document: Any, source: str = "auth file") -> list[tuple[bytes, Identity]]:
+def parse_principals(document: Any, source: str = "auth file") -> list[tuple[bytes, Principal]]:
     """The ``(token digest, identity)`` pairs of a principals document (parsed JSON)."""
     if not isinstance(document, dict) or not isinstance(document.get("principals"), list):
         raise _fail(source, 'expected an object {"principals": [...]}')
@@ -176,7 +152,7 @@ def parse_principals(document: Any, source: str = "auth file") -> list[tuple[byt
     return entries
 
 
-def read_principals(path: Path) -> list[tuple[bytes, Identity]]:
+def read_principals(path: Path) -> list[tuple[bytes, Principal]]:
     """Read and check the principals file at ``path`` (blocking: a small file)."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -196,7 +172,9 @@ class Authenticator:
     principals or the new ones; a file that fails to load keeps the old ones.
     """
 
-    def __init__(self, entries: Sequence[tuple[bytes, Identity]], path: Path | None = None) -> None:
+    def __init__(
+        self, entries: Sequence[tuple[bytes, Principal]], path: Path | None = None
+    ) -> None:
         self.path = path
         self._entries = tuple(entries)
         self._reload_lock = threading.Lock()
@@ -225,10 +203,10 @@ class Authenticator:
         log.warning("auth file %s reloaded: %d principal(s)", self.path, len(entries))
         return True
 
-    def identify(self, token: str) -> Identity | None:
+    def identify(self, token: str) -> Principal | None:
         """The principal whose token this is, or None (constant time in the token)."""
         digest = token_digest(token)
-        found: Identity | None = None
+        found: Principal | None = None
         for known, identity in self._entries:  # no early exit: the time says nothing
             if hmac.compare_digest(digest, known):
                 found = identity
@@ -242,9 +220,9 @@ AUTHENTICATED = "authenticated"
 ADMIN = "admin"
 
 _TOPIC = r"/v1/topics/(?P<topic>[^/]+)"
-_SUB = _TOPIC + r"/subscriptions/[^/]+"
+_SUB = _TOPIC + r"/subscriptions/(?P<sub>[^/]+)"
 
-RULES: list[tuple[str, re.Pattern[str], str | tuple[str, ...]]] = [
+RULES: list[tuple[str, re.Pattern[str], str]] = [
     (method, re.compile(path), need)
     for method, path, need in (
         ("GET", r"/v1/health", OPEN),
@@ -255,37 +233,39 @@ RULES: list[tuple[str, re.Pattern[str], str | tuple[str, ...]]] = [
         ("GET", r"/ui/fragments/.*", ADMIN),
         # its topics are in the body: the route checks each with require_topics()
         ("POST", r"/v1/batches", AUTHENTICATED),
-        ("PUT", _TOPIC, ("manage",)),
-        ("DELETE", _TOPIC, ("manage",)),
-        ("GET", _TOPIC + "/stats", ("consume",)),
-        ("POST", _TOPIC + "/messages", ("produce",)),
-        ("GET", _TOPIC + "/fetch", ("consume",)),
-        ("GET", _TOPIC + "/ledgers", ("consume",)),
-        ("PUT", _TOPIC + "/offload", ("manage",)),
-        ("POST", _TOPIC + "/offload/run", ("manage",)),
-        ("PUT", _TOPIC + "/retention", ("manage",)),
-        ("PUT", _SUB, ("consume", "manage")),  # subscribing creates it
-        ("DELETE", _SUB, ("manage",)),
-        ("GET", _SUB + "/messages", ("consume",)),
-        ("POST", _SUB + "/ack", ("consume",)),
-        ("POST", _SUB + "/nack", ("consume",)),
-        ("POST", _SUB + "/seek", ("consume",)),
+        ("PUT", _TOPIC, "create_topic"),
+        ("DELETE", _TOPIC, "delete_topic"),
+        ("GET", _TOPIC + "/stats", "stats"),
+        ("POST", _TOPIC + "/messages", "produce"),
+        ("GET", _TOPIC + "/fetch", "fetch"),
+        ("GET", _TOPIC + "/ledgers", "ledgers"),
+        ("PUT", _TOPIC + "/offload", "set_offload"),
+        ("POST", _TOPIC + "/offload/run", "run_offload"),
+        ("PUT", _TOPIC + "/retention", "set_retention"),
+        ("PUT", _SUB, "create_subscription"),
+        ("DELETE", _SUB, "delete_subscription"),
+        ("GET", _SUB + "/messages", "receive"),
+        ("POST", _SUB + "/ack", "ack"),
+        ("POST", _SUB + "/nack", "nack"),
+        ("POST", _SUB + "/seek", "seek"),
     )
 ]
-"""``(method, path, need)``: ``need`` is :data:`OPEN`, :data:`ADMIN` or the actions of
-which one is needed on the path's topic. A request no rule names needs a known token
-(:data:`AUTHENTICATED`): transactions (the engine checks their owner), the topic list
-(filtered by grants), ``/docs``, ``/openapi.json``. A test checks that every route of the
-app with a topic in its path has a rule here."""
+"""``(method, path, need)``: ``need`` is :data:`OPEN`, :data:`ADMIN` or the engine
+operation (:data:`~txnstream.api._grants.OPERATIONS`) the route is, on the path's topic and
+subscription: what that needs is the engine's rule, not this table's. A request no rule
+names needs a known token (:data:`AUTHENTICATED`): transactions (the engine checks their
+owner), the topic list (filtered by grants), ``/docs``, ``/openapi.json``. A test checks
+that every route of the app with a topic in its path has a rule here."""
 
 
-def need_of(method: str, path: str) -> tuple[str | tuple[str, ...], str | None]:
-    """What a request needs and the topic it names (from :data:`RULES`)."""
+def need_of(method: str, path: str) -> tuple[str, str | None, str | None]:
+    """What a request needs, and the topic and subscription it names (:data:`RULES`)."""
     method = "GET" if method == "HEAD" else method
     for rule_method, pattern, need in RULES:
         if rule_method == method and (match := pattern.fullmatch(path)):
-            return need, match.groupdict().get("topic")
-    return AUTHENTICATED, None
+            names = match.groupdict()
+            return need, names.get("topic"), names.get("sub")
+    return AUTHENTICATED, None, None
 
 
 def bearer_token(scope: Scope) -> str | None:
@@ -300,7 +280,8 @@ def bearer_token(scope: Scope) -> str | None:
 class AuthMiddleware:
     """401/403 before any work: who is asking (the token) and may they (:data:`RULES`).
 
-    Puts the caller's :class:`Identity` in the scope for the routes (:func:`identity_of`).
+    Puts the caller's :class:`~txnstream.api.Principal` in the scope for the routes
+    (:func:`principal_of`).
     """
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator, refusals: Refusals) -> None:
@@ -312,13 +293,13 @@ class AuthMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        need, topic = need_of(scope["method"], scope["path"])
+        need, topic, sub = need_of(scope["method"], scope["path"])
         if need == OPEN:
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)
-        identity = None if token is None else self.authenticator.identify(token)
-        if identity is None:
+        principal = None if token is None else self.authenticator.identify(token)
+        if principal is None:
             reason = "no_token" if token is None else "unknown_token"
             challenge = b'Bearer realm="txnstream"'
             if token is not None:
@@ -330,40 +311,40 @@ class AuthMiddleware:
             )
             await refuse(send, scope, self.refusals, 401, reason, text, None, challenge)
             return
-        if need == ADMIN and not identity.admin:
-            text = f"principal {identity.name!r} is not an admin"
-            await refuse(send, scope, self.refusals, 403, "not_admin", text, identity.name)
+        if need == ADMIN and not principal.admin:
+            text = f"principal {principal.name!r} is not an admin"
+            await refuse(send, scope, self.refusals, 403, "not_admin", text, principal.name)
             return
-        if isinstance(need, tuple) and not identity.may(need, topic or ""):
-            text = f"principal {identity.name!r} may not {' or '.join(need)} topic {topic!r}"
-            await refuse(send, scope, self.refusals, 403, "no_grant", text, identity.name)
+        if need in OPERATIONS and not principal.may_do(need, topic or "", sub):
+            on = f"topic {topic!r}" if sub is None else f"subscription {sub!r} of topic {topic!r}"
+            text = (
+                f"principal {principal.name!r} may not {need.replace('_', ' ')} on {on}"
+                f" (it needs {' or '.join(OPERATIONS[need])} there)"
+            )
+            await refuse(send, scope, self.refusals, 403, "no_grant", text, principal.name)
             return
-        scope[PRINCIPAL_KEY] = identity
+        scope[PRINCIPAL_KEY] = principal
         await self.app(scope, receive, send)
 
 
-def identity_of(request: Request) -> Identity | None:
-    """The authenticated caller (None when the server runs without ``--auth``)."""
-    identity: Identity | None = request.scope.get(PRINCIPAL_KEY)
-    return identity
-
-
 def principal_of(request: Request) -> Principal | None:
-    """The caller as the engine's ``principal=`` (None: unrestricted, no ``--auth``)."""
-    identity = identity_of(request)
-    return None if identity is None else identity.principal
+    """The authenticated caller, as the engine's ``principal=`` (None without ``--auth``:
+    unrestricted)."""
+    principal: Principal | None = request.scope.get(PRINCIPAL_KEY)
+    return principal
 
 
-def require_topics(request: Request, action: str, topics: Iterable[str]) -> None:
+def require_topics(request: Request, operation: str, topics: Iterable[str]) -> None:
     """For a route whose topics are in its body (``POST /v1/batches``): raise
-    :class:`~txnstream.api.ForbiddenError` unless the caller may ``action`` every one of them."""
-    identity = identity_of(request)
-    if identity is None:
+    :class:`~txnstream.api.ForbiddenError` unless the caller may do ``operation`` on
+    every one of them."""
+    principal = principal_of(request)
+    if principal is None:
         return
     for topic in topics:
-        if not identity.may((action,), topic):
+        if not principal.may_do(operation, topic):
             refused = ForbiddenError(
-                f"principal {identity.name!r} may not {action} topic {topic!r}"
+                f"principal {principal.name!r} may not {operation} topic {topic!r}"
             )
             refused.reason = "no_grant"  # type: ignore[attr-defined]  # for the refusal count
             raise refused

@@ -3,8 +3,10 @@
 ``EdgeMiddleware`` (outermost, pure ASGI, cheap) gives each request an id, counts and
 logs it and turns anything unexpected into a logged 500 ``internal``;
 ``BodyLimitMiddleware`` (inside the access checks) enforces the request body limit
-before any parsing (413 ``too_large``). ``Drain`` ends pending long polls early when the
-server shuts down, so a SIGTERM is not held up by 30-second polls.
+before any parsing (413 ``too_large``), the minimum rate a body must arrive at (408) and
+the bound on the bodies of all requests in progress (503, see :class:`BodyLimits`).
+``Drain`` ends pending long polls early when the server shuts down, so a SIGTERM is not
+held up by 30-second polls.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from starlette.routing import BaseRoute
 
 from ._json import error_body
+from ._limits import BodyLimits
 from ._telemetry import HttpMetrics, access_log, log_access, route_label
 
 log = logging.getLogger("txnstream.http")
@@ -137,16 +140,49 @@ class EdgeMiddleware:
 
 class BodyLimitMiddleware:
     """Reads a request body whole, within the limit (413 ``too_large`` before any
-    parsing), for the routes to take from the scope; inside the access checks, so an
-    unauthenticated body is never read."""
+    parsing), at the minimum rate (408) and within the bound on the bodies of all
+    requests in progress (503 before reading), for the routes to take from the scope;
+    inside the access checks, so an unauthenticated body is never read."""
 
-    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_request_bytes: int, limits: BodyLimits | None = None
+    ) -> None:
         self.app = app
         self.max_request_bytes = max_request_bytes
+        self.limits = limits or BodyLimits()
+        self.inflight = 0
+        """Bytes reserved by the bodies of the requests in progress."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in _BODY_METHODS:
-            body = await self._read_body(scope, receive)
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        # what the body may hold in memory: its declared length, or the limit when it is
+        # chunked (a body declared oversize is read and dropped, never held)
+        limit = self.max_request_bytes
+        reserved = limit if declared is None else declared if declared <= limit else 0
+        if reserved and self.inflight + reserved > self.limits.max_inflight_bytes:
+            await send_error(
+                send,
+                503,
+                "unavailable",
+                "the server is reading too many request bodies; retry shortly"
+                " (serve --max-inflight-body-bytes)",
+                closing=True,
+            )
+            return
+        self.inflight += reserved
+        try:
+            try:
+                body = await self._read_body(declared, receive)
+            except TimeoutError:
+                text = (
+                    "the request body arrived too slowly: at least"
+                    f" {self.limits.min_rate} bytes/s after {self.limits.grace:g} s"
+                )
+                await send_error(send, 408, "invalid_request", text, closing=True)
+                return
             if body is None:
                 await send_error(send, 413, "too_large", self._too_large_text())
                 return
@@ -154,42 +190,59 @@ class BodyLimitMiddleware:
             scope[BODY_KEY] = body
             if body and not any(name == b"content-type" for name, _ in scope["headers"]):
                 scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
-        await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+        finally:
+            self.inflight -= reserved
 
     def _too_large_text(self) -> str:
         return f"request body exceeds the limit of {self.max_request_bytes} bytes"
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None (after draining what is reasonable) when it is too big."""
+    async def _read_body(self, declared: int | None, receive: Receive) -> bytes | None:
+        """The whole body, or None (after draining what is reasonable) when it is too big;
+        ``TimeoutError`` when it arrives slower than the minimum rate."""
         limit = self.max_request_bytes
-        declared = None
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = None
+        grace, rate = self.limits.grace, self.limits.min_rate
         too_large = declared is not None and declared > limit
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                # Client went away; hand the app an empty body, it will fail to answer.
-                return b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                too_large = True
-            if too_large:
-                chunks.clear()
-                if size > limit + _DRAIN_SLACK:
-                    return None
-            else:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # one timer for the whole body, moved on as bytes arrive (no task per chunk)
+        async with asyncio.timeout_at(started + grace) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    # Client went away; hand the app an empty body, it will fail to answer.
+                    return b""
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    too_large = True
+                if too_large:
+                    chunks.clear()
+                    if size > limit + _DRAIN_SLACK:
+                        return None
+                else:
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+                deadline.reschedule(started + grace + size / rate)
         return None if too_large else b"".join(chunks)
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The body's declared length: its ``Content-Length``, 0 with neither that nor a
+    ``Transfer-Encoding`` (RFC 9112 6.3), None when unknown (chunked)."""
+    length: int | None = 0
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return max(0, int(value))
+            except ValueError:
+                return None
+        if name == b"transfer-encoding":
+            length = None
+    return length
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -205,17 +258,19 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def send_error(send: Send, status: int, code: str, message: str) -> None:
-    """Answer with a contract error body straight over ASGI (no app involved)."""
+async def send_error(
+    send: Send, status: int, code: str, message: str, *, closing: bool = False
+) -> None:
+    """Answer with a contract error body straight over ASGI (no app involved);
+    ``closing``: and close the connection (a body left unread on it)."""
     body = error_body(code, message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode("ascii")),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+    ]
+    if closing:
+        headers.append((b"connection", b"close"))
+    if status == 503:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from ._auth import principal_of
 from ._errors import responses
 from ._json import entry_json, ok, pos
 from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
@@ -49,7 +50,12 @@ async def fetch(
     engine = engine_of(request)
     begin_at = None if start in (None, "earliest") else start
     result = await engine.fetch(
-        topic, begin_at, max=max_entries, isolation=isolation, max_bytes=max_bytes
+        topic,
+        begin_at,
+        max=max_entries,
+        isolation=isolation,
+        max_bytes=max_bytes,
+        principal=principal_of(request),
     )
     return ok(
         {

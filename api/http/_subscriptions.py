@@ -61,6 +61,7 @@ async def create_subscription(
         type=req.type,
         initial_position=req.initial_position,
         isolation=req.isolation,
+        principal=principal_of(request),
     )
     return ok(
         {
@@ -164,7 +165,13 @@ async def _receive(
     the client disconnects (what the poll took goes back to the subscription)."""
     if wait_ms == 0 or drain.started:
         return await engine.receive(
-            topic, sub, consumer=consumer, max=max_messages, timeout=0.0, max_bytes=max_bytes
+            topic,
+            sub,
+            consumer=consumer,
+            max=max_messages,
+            timeout=0.0,
+            max_bytes=max_bytes,
+            principal=principal_of(request),
         )
     task = asyncio.create_task(
         engine.receive(
@@ -174,6 +181,7 @@ async def _receive(
             max=max_messages,
             timeout=wait_ms / 1000,
             max_bytes=max_bytes,
+            principal=principal_of(request),
         ),
         name=f"http-receive:{topic}/{sub}/{consumer}",
     )

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
-from ._auth import identity_of
+from ._auth import principal_of
 from ._errors import responses
 from ._json import ok
 from ._params import TopicName, engine_of
@@ -37,9 +37,9 @@ async def list_topics(request: Request) -> Response:
     """All topic names (with ``--auth``: those the caller has a grant on)."""
     engine = engine_of(request)
     names = list(await engine.list_topics())
-    identity = identity_of(request)
-    if identity is not None:
-        names = [name for name in names if identity.sees(name)]
+    principal = principal_of(request)
+    if principal is not None:
+        names = [name for name in names if principal.sees(name)]
     return ok({"topics": names})
 
 

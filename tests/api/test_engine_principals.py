@@ -178,3 +178,29 @@ async def test_ownership_of_a_transaction_kept_only_as_an_outcome(data_dir: Path
 def test_a_principal_needs_a_name() -> None:
     with pytest.raises(InvalidArgumentError):
         Principal("")
+
+
+async def test_reading_uncommitted_data_needs_read_uncommitted(engine: Engine) -> None:
+    """The engine's own rule (every door's): a principal reads open transactions' data
+    only with ``read_uncommitted`` on the topic (and subscription); no principal: anyone."""
+    from txnstream.api import Grant
+
+    await make_topics(engine, "t")
+    await engine.create_subscription("t", "peek", isolation="read_uncommitted")
+    consumer = Principal("c", grants=(Grant("t", frozenset({"consume"})),))
+    reader = Principal(
+        "r", grants=(Grant("t", frozenset({"consume", "read_uncommitted"}), ("r-*",)),)
+    )
+    for refused in (
+        engine.fetch("t", isolation="read_uncommitted", principal=consumer),
+        engine.receive("t", "peek", principal=consumer),
+        engine.receive("t", "peek", principal=reader),  # not one of its subscriptions
+        engine.create_subscription("t", "c-1", isolation="read_uncommitted", principal=consumer),
+    ):
+        with pytest.raises(ForbiddenError, match="read_uncommitted"):
+            await refused
+    await engine.fetch("t", isolation="read_uncommitted", principal=reader)
+    await engine.create_subscription("t", "r-1", isolation="read_uncommitted", principal=reader)
+    assert await engine.receive("t", "r-1", principal=reader) == []
+    assert await engine.receive("t", "peek", principal=ADMIN) == []
+    assert await engine.receive("t", "peek") == []  # the embedded API: unrestricted

@@ -360,12 +360,48 @@ def test_cross_site_requests_are_refused(
     assert httpx.get(f"{url}/v1/topics", headers=local, timeout=10).status_code == 200
 
 
+def test_a_cross_site_image_get_attaches_no_consumer(server_url: str, name: str) -> None:
+    """``<img src=".../messages?consumer=evil">`` on another site: the browser sends no
+    ``Origin``, only ``Sec-Fetch-Site: cross-site``; refused before the route, so the
+    exclusive subscription keeps its messages for its own consumer (issue 30, item 7)."""
+    url, sub = server_url, f"/v1/topics/{name}/subscriptions/s"
+    assert httpx.put(f"{url}/v1/topics/{name}", timeout=10).status_code == 201
+    assert httpx.put(f"{url}{sub}", json={"type": "exclusive"}, timeout=10).status_code == 201
+    body = {"messages": [{"value": 1}]}
+    assert httpx.post(f"{url}/v1/topics/{name}/messages", json=body, timeout=10).is_success
+    image = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    for site in ("cross-site", "same-site", "Cross-Site"):
+        stolen = _get(url, f"{sub}/messages?consumer=evil", **{**image, "Sec-Fetch-Site": site})
+        assert stolen.status_code == 403, site
+        assert stolen.json()["error"]["code"] == "forbidden"
+        assert "Sec-Fetch-Site" in stolen.json()["error"]["message"]
+    assert _get(url, "/v1/health", **image).status_code == 200  # health stays open
+    # the page itself (same-origin) and a typed URL (none) are the server's own
+    for site in ("same-origin", "none"):
+        assert _get(url, "/v1/topics", **{"Sec-Fetch-Site": site}).status_code == 200
+    mine = _get(url, f"{sub}/messages?consumer=mine")
+    assert mine.status_code == 200  # no 409: evil never attached
+    assert [m["value"] for m in mine.json()["messages"]] == [1]
+
+
+def test_a_cors_origin_may_call_cross_site(auth_server: ServeSubprocess) -> None:
+    """A page of an allowed ``--cors-origin`` calls with ``Origin`` and
+    ``Sec-Fetch-Site: cross-site`` (or ``same-site``): served; the same without its
+    ``Origin`` (a plain link or image from it) is not."""
+    url = auth_server.url
+    for site in ("cross-site", "same-site"):
+        fetched = {"Origin": CORS_ORIGIN, "Sec-Fetch-Site": site, **bearer("alice")}
+        assert _get(url, "/v1/topics", **fetched).status_code == 200
+        assert _get(url, "/v1/topics", **{"Sec-Fetch-Site": site}).status_code == 403
+
+
 def test_a_cors_origin_may_call_and_preflight(auth_server: ServeSubprocess) -> None:
     url = auth_server.url
     preflight = httpx.options(
         f"{url}/v1/topics",
         headers={
             "Origin": CORS_ORIGIN,
+            "Sec-Fetch-Site": "cross-site",  # what a browser's preflight carries
             "Access-Control-Request-Method": "GET",
             "Access-Control-Request-Headers": "authorization",
         },
@@ -519,8 +555,9 @@ def test_tokens_plain_or_as_digests_and_grants_by_prefix() -> None:
     assert (ops.name, ops.admin, dev.name, dev.admin) == ("ops", True, "dev", False)
     assert auth.identify("sha256:" + token_digest("s3cret").hex()) is None  # not the secret
     assert auth.identify("Plain") is None
-    assert dev.may(["consume"], "anything")
-    assert not dev.may(["produce", "manage"], "anything")
+    assert dev.may_do("receive", "anything", "any-subscription")
+    assert not dev.may_do("produce", "anything")
+    assert not dev.may_do("delete_subscription", "anything", "any-subscription")
 
 
 AUTHENTICATED_ROUTES = {
@@ -541,6 +578,7 @@ AUTHENTICATED_ROUTES = {
 
 
 async def test_every_route_has_its_rule(engine: Any) -> None:
+    from txnstream.api import OPERATIONS
     from txnstream.api.http import create_app
     from txnstream.api.http._auth import ADMIN, AUTHENTICATED, OPEN, need_of
 
@@ -551,13 +589,55 @@ async def test_every_route_has_its_rule(engine: Any) -> None:
         for method in sorted(getattr(route, "methods", None) or ()):
             if method == "HEAD":
                 continue
-            need, topic = need_of(method, path)
+            need, topic, sub = need_of(method, path)
             if template.startswith("/ui/") and need == OPEN:  # console shells: no data
                 assert "fragments" not in template, template
-            elif "{topic}" in template:  # a topic in the path: actions on it, or admin only
-                assert isinstance(need, tuple) or need == ADMIN, (method, template)
+            elif "{topic}" in template:  # a topic in the path: an operation on it, or admin
+                assert need in OPERATIONS or need == ADMIN, (method, template)
                 assert topic == "t" or need == ADMIN, (method, template)
+                assert sub == ("s" if "{sub}" in template else None), (method, template)
             elif need == AUTHENTICATED:
                 assert (method, template) in AUTHENTICATED_ROUTES, (method, template)
             else:
                 assert need in (OPEN, ADMIN), (method, template)
+
+
+def _raw(port: int, head: bytes) -> bytes:
+    """Send ``head`` (a request's head) over a socket; the status line of the answer."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := sock.recv(4096)):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_repeated_and_userinfo_hosts_are_refused(server_url: str) -> None:
+    """Two ``Host`` headers (a proxy in front might route by the other one) or
+    ``user@host`` (read as the host after the @) are 400, on any bind (issue 30, item 9)."""
+    port = int(server_url.rsplit(":", 1)[1])
+    here = f"127.0.0.1:{port}".encode()
+    for hosts in (
+        [here, here],
+        [here, b"attacker.example"],
+        [b"attacker.example@" + here],
+        [b"u:p@" + here],
+    ):
+        head = b"GET /v1/topics HTTP/1.1\r\n" + b"".join(b"Host: %s\r\n" % h for h in hosts)
+        assert _raw(port, head + b"connection: close\r\n\r\n").startswith(b"HTTP/1.1 400"), hosts
+    one = b"GET /v1/topics HTTP/1.1\r\nHost: %s\r\nconnection: close\r\n\r\n" % here
+    assert _raw(port, one).startswith(b"HTTP/1.1 200")
+
+
+def test_consumer_names_follow_the_name_rules(server_url: str, name: str) -> None:
+    url = f"{server_url}/v1/topics/{name}"
+    assert httpx.put(url, timeout=10).status_code == 201
+    assert httpx.put(f"{url}/subscriptions/s", timeout=10).status_code == 201
+    for bad in ("a b", "<script>", "..", "__x", "x/y", "é"):
+        r = httpx.get(f"{url}/subscriptions/s/messages", params={"consumer": bad}, timeout=10)
+        assert r.status_code == 400, bad
+        assert r.json()["error"]["code"] == "invalid_request"
+    ok = httpx.get(f"{url}/subscriptions/s/messages", params={"consumer": "w-1.a"}, timeout=10)
+    assert ok.status_code == 200
