@@ -48,6 +48,7 @@ from ._config import EngineConfig
 from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
 from ._handles import SubscriptionHandle, Transaction
+from ._offsets import TopicOffsets
 from ._replay_check import TopicReplay, replay_check
 from ._stats import RecoverySummary, TopicStats
 
@@ -93,6 +94,7 @@ __all__ = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicOffsets",
     "TopicReplay",
     "TopicStats",
     "Transaction",

@@ -5,7 +5,7 @@ The embedded surface (:class:`Engine`, its configuration, handles, value types a
 error tree rooted at :class:`EngineError`) is re-exported from :mod:`txnstream.api`. The
 layers are subpackages: ``txnstream.ledger`` <- ``txnstream.txn_buffer`` <-
 {``txnstream.dispatcher``, ``txnstream.snapshots``} <- ``txnstream.api`` (whose adapters are
-``txnstream.api.http``, ``.client``, ``.cli`` and ``.spark``).
+``txnstream.api.http``, ``.kafka``, ``.client``, ``.cli`` and ``.spark``).
 """
 
 from txnstream.api import (
@@ -50,6 +50,7 @@ from txnstream.api import (
     SubscriptionNotFoundError,
     TooLargeError,
     TopicNotFoundError,
+    TopicOffsets,
     TopicReplay,
     TopicStats,
     Transaction,
@@ -107,6 +108,7 @@ __all__ = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicOffsets",
     "TopicReplay",
     "TopicStats",
     "Transaction",

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from txnstream.api.http import AccessPolicy
+    from txnstream.api.kafka import KafkaListener
+
+KafkaAddresses = tuple[tuple[str, int], tuple[str, int] | None]
+"""The Kafka listener's bind address and the address it advertises (None: the bind)."""
 
 __all__ = ["make_server", "serve"]
 
@@ -48,10 +52,17 @@ class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
     def __init__(
-        self, data: Path, config: EngineConfig, access: AccessPolicy | None = None, url: str = ""
+        self,
+        data: Path,
+        config: EngineConfig,
+        access: AccessPolicy | None = None,
+        url: str = "",
+        kafka: KafkaAddresses | None = None,
     ) -> None:
         from txnstream.api.http import Drain
 
+        self.kafka = kafka
+        self._kafka: KafkaListener | None = None
         self.data = data
         self.config = config
         self.access = access
@@ -86,6 +97,8 @@ class _ServedApp:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(self._engine, drain=self.drain, access=self.access)
+                if not await self._start_kafka(self._engine, send):
+                    return
                 self._watch_sighup(True)
                 banner, fields = startup_banner(self._engine, self.url)
                 log.info("%s", banner, extra=fields)
@@ -94,11 +107,31 @@ class _ServedApp:
                 self._watch_sighup(False)
                 await asyncio.gather(*self._reloads, return_exceptions=True)
                 self.drain.start()
+                if self._kafka is not None:
+                    await self._kafka.stop()  # before the engine: its requests finish first
                 if self._engine is not None:
                     await self._engine.close()
                     log.info("engine closed")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _start_kafka(self, engine: Engine, send: Send) -> bool:
+        """Start the Kafka listener if asked (False: it cannot bind; startup failed)."""
+        if self.kafka is None:
+            return True
+        from txnstream.api.kafka import KafkaListener
+
+        (host, port), advertise = self.kafka
+        listener = KafkaListener(engine, host, port, advertise=advertise)
+        try:
+            await listener.start()
+        except OSError as exc:
+            log.error("cannot listen for Kafka clients on %s:%d: %s", host, port, exc)
+            await engine.close()
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return False
+        self._kafka = listener
+        return True
 
     def _watch_sighup(self, on: bool) -> None:
         """Re-read the auth file on SIGHUP (signals reach only the main thread's loop)."""
@@ -167,6 +200,7 @@ def make_server(
     engine_settings: dict[str, Any] | None = None,
     limit_concurrency: int | None = None,
     timeout_keep_alive: int = 30,
+    kafka: KafkaAddresses | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
@@ -189,7 +223,8 @@ def make_server(
     if ledger_max_entries is not None:
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
-    served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
+    url = f"{scheme}://{shown_host}:{port}"
+    served = _ServedApp(data, EngineConfig(**settings), access, url, kafka)
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -271,6 +306,22 @@ def serve(
             help="Seconds a connection may stay idle (before its first request too).",
         ),
     ] = 30,
+    kafka_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-listen",
+            envvar="TXNSTREAM_KAFKA_LISTEN",
+            show_envvar=True,
+            help="HOST:PORT: also serve Kafka clients there (off when absent).",
+        ),
+    ] = None,
+    kafka_advertise: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-advertise",
+            help="HOST:PORT Kafka clients are told to connect to (default: --kafka-listen).",
+        ),
+    ] = None,
     engine_settings: dict[str, Any] | None = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
@@ -297,6 +348,7 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc), 2)
+    kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure)
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
@@ -317,6 +369,7 @@ def serve(
             engine_settings=engine_settings,
             limit_concurrency=limit_concurrency,
             timeout_keep_alive=timeout_keep_alive,
+            kafka=kafka,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -338,6 +391,32 @@ def serve(
         raise typer.Exit(130) from None
     if not server.started:
         raise typer.Exit(3)
+
+
+def _kafka_addresses(
+    listen: str | None, advertise: str | None, insecure: bool
+) -> KafkaAddresses | None:
+    """The checked ``--kafka-listen``/``--kafka-advertise`` pair (exits 2 when bad). The
+    listener has no authentication yet: a non-loopback bind needs ``--insecure``."""
+    from txnstream.api.http import is_loopback
+    from txnstream.api.kafka import parse_address
+
+    if listen is None:
+        if advertise is not None:
+            fail("--kafka-advertise needs --kafka-listen", 2)
+        return None
+    try:
+        bind = parse_address(listen, "--kafka-listen")
+        shown = None if advertise is None else parse_address(advertise, "--kafka-advertise")
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if not insecure and not is_loopback(bind[0]):
+        fail(
+            f"refusing to serve Kafka clients on {bind[0]}: the Kafka listener does not"
+            " authenticate yet; bind it to a loopback address, or pass --insecure",
+            2,
+        )
+    return bind, shown
 
 
 serve = with_config_flags(serve)

@@ -1,0 +1,570 @@
+"""The Kafka APIs this listener serves, each over the public engine.
+
+One broker (node 0) leads every partition and coordinates every transactional id and
+group. A txnstream topic is a Kafka topic with one partition (0); its offsets are the
+engine's (:meth:`~txnstream.api.Engine.offsets`).
+
+Every API answers errors in its own response's error fields (:func:`code_of` maps engine
+errors once); an unexpected failure is logged here and closes the connection, never a
+traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+from txnstream.api import (
+    Engine,
+    EngineError,
+    FetchResult,
+    OutgoingMessage,
+    TopicOffsets,
+)
+
+from ._codes import ErrorCode, code_of
+from ._producers import Producers, TxnProducer, next_epoch, producer_name
+from ._records import RecordsError, build_batches, producer_id_of, read_batches
+
+log = logging.getLogger("txnstream.kafka")
+
+NODE_ID = 0
+CLUSTER_ID = "txnstream"
+_EARLIEST, _LATEST = -2, -1
+_READ_COMMITTED = 1
+_FETCH_ENTRIES = 5000  # the most entries one partition's fetch reads in one step
+_MAX_WAIT_MS = 30_000  # a longer long poll is cut here (clients ask for ~0.1-1 s)
+
+Handler = Callable[[Any, int], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """A served API: its request and response classes and the versions served."""
+
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+
+
+# Only non-flexible versions (librdkafka and the Python clients negotiate down to them).
+APIS: dict[int, Api] = {
+    api.request.API_KEY: api
+    for api in (
+        Api(ProduceRequest, ProduceResponse, 3, 8),
+        Api(FetchRequest, FetchResponse, 4, 11),
+        Api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
+        Api(MetadataRequest, MetadataResponse, 0, 8),
+        Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
+        Api(ApiVersionsRequest, ApiVersionsResponse, 0, 2),
+        Api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+        Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 2),
+        Api(EndTxnRequest, EndTxnResponse, 0, 2),
+    )
+}
+API_VERSIONS_KEY: int = ApiVersionsRequest.API_KEY
+
+
+def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
+    """The ApiVersions answer: every served key with its version range."""
+    keys = [
+        ApiVersionsResponse.ApiVersion(
+            api_key=key, min_version=api.min_version, max_version=api.max_version
+        )
+        for key, api in sorted(APIS.items())
+    ]
+    return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
+
+
+class Broker:
+    """Answers decoded requests over ``engine`` (one per listener)."""
+
+    def __init__(self, engine: Engine, host: str, port: int, drain: asyncio.Event) -> None:
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self._drain = drain  # set at shutdown: long polls answer at once
+        self.producers = Producers()
+        self._handlers: dict[int, Handler] = {
+            ProduceRequest.API_KEY: self.produce,
+            FetchRequest.API_KEY: self.fetch,
+            ListOffsetsRequest.API_KEY: self.list_offsets,
+            MetadataRequest.API_KEY: self.metadata,
+            FindCoordinatorRequest.API_KEY: self.find_coordinator,
+            ApiVersionsRequest.API_KEY: self.api_versions,
+            InitProducerIdRequest.API_KEY: self.init_producer_id,
+            AddPartitionsToTxnRequest.API_KEY: self.add_partitions_to_txn,
+            EndTxnRequest.API_KEY: self.end_txn,
+        }
+
+    async def handle(self, api_key: int, request: Any, version: int) -> Any:
+        """The response to ``request`` (None: the request expects none)."""
+        return await self._handlers[api_key](request, version)
+
+    # -- cluster ------------------------------------------------------------------
+
+    async def api_versions(self, request: Any, version: int) -> Any:
+        return api_versions_response()
+
+    async def metadata(self, request: Any, version: int) -> Any:
+        names = await self.engine.list_topics()
+        known = set(names)
+        asked = (
+            names
+            if request.topics is None or (version == 0 and not request.topics)
+            else [t.name for t in request.topics]
+        )
+        topics = []
+        for name in asked:
+            if name in known:
+                partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                    error_code=0,
+                    partition_index=0,
+                    leader_id=NODE_ID,
+                    leader_epoch=0,
+                    replica_nodes=[NODE_ID],
+                    isr_nodes=[NODE_ID],
+                    offline_replicas=[],
+                )
+                error, partitions = ErrorCode.NONE, [partition]
+            else:
+                error, partitions = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []
+            topics.append(
+                MetadataResponse.MetadataResponseTopic(
+                    error_code=error,
+                    name=name,
+                    is_internal=False,
+                    partitions=partitions,
+                )
+            )
+        broker = MetadataResponse.MetadataResponseBroker(
+            node_id=NODE_ID, host=self.host, port=self.port, rack=None
+        )
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[broker],
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            topics=topics,
+        )
+
+    async def find_coordinator(self, request: Any, version: int) -> Any:
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            node_id=NODE_ID,
+            host=self.host,
+            port=self.port,
+        )
+
+    # -- produce ------------------------------------------------------------------
+
+    async def produce(self, request: Any, version: int) -> Any:
+        txn_producer = None
+        if request.transactional_id is not None:
+            txn_producer = self.producers.get(request.transactional_id)
+        results = []
+        for topic in request.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                error, base = await self._produce_partition(
+                    topic.name, data.index, data.records, request.transactional_id, txn_producer
+                )
+                start = -1
+                if error is ErrorCode.NONE:
+                    start = self._offsets(topic.name).log_start
+                partitions.append(
+                    ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+                        index=data.index,
+                        error_code=error,
+                        base_offset=base,
+                        log_append_time_ms=-1,
+                        log_start_offset=start,
+                        record_errors=[],
+                        error_message=None if error is ErrorCode.NONE else error.name,
+                    )
+                )
+            results.append(
+                ProduceResponse.TopicProduceResponse(
+                    name=topic.name, partition_responses=partitions
+                )
+            )
+        if request.acks == 0:
+            return None
+        return ProduceResponse(responses=results, throttle_time_ms=0)
+
+    async def _produce_partition(
+        self,
+        topic: str,
+        partition: int,
+        records: Any,
+        transactional_id: str | None,
+        txn_producer: TxnProducer | None,
+    ) -> tuple[ErrorCode, int]:
+        """Store one partition's batches; (error, base offset of the first batch)."""
+        if partition != 0:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+        try:
+            batches = read_batches(records)
+        except RecordsError as exc:
+            log.info("refused a produced record set for %s: %s", topic, exc)
+            return ErrorCode.CORRUPT_MESSAGE, -1
+        base = -1
+        for batch in batches:
+            txn = None
+            if batch.transactional:
+                if (
+                    txn_producer is None
+                    or txn_producer.producer_id != batch.producer_id
+                    or txn_producer.epoch != batch.producer_epoch
+                ):
+                    return ErrorCode.INVALID_PRODUCER_EPOCH, -1
+                if txn_producer.txn is None or topic not in txn_producer.topics:
+                    return ErrorCode.INVALID_TXN_STATE, -1
+                txn = txn_producer.txn.id
+            elif transactional_id is not None:
+                return ErrorCode.INVALID_REQUEST, -1  # a transactional producer's plain batch
+            error, first = await self._store(topic, batch.messages, batch, txn)
+            if error is not ErrorCode.NONE:
+                return error, -1
+            if base < 0:
+                base = first
+        return ErrorCode.NONE, base
+
+    async def _store(
+        self, topic: str, messages: list[OutgoingMessage], batch: Any, txn: Any
+    ) -> tuple[ErrorCode, int]:
+        producer = sequence = None
+        try:
+            if batch.producer_id >= 0 and batch.base_sequence >= 0:
+                producer = producer_name(batch.producer_id, batch.producer_epoch)
+                sequence = batch.base_sequence
+                last = self.engine.last_sequence(topic, producer)
+                expected = 0 if last is None else last + 1
+                if sequence > expected:
+                    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+            result = await self.engine.produce(
+                topic, messages, txn=txn, producer=producer, sequence=sequence
+            )
+        except EngineError as exc:
+            return code_of(exc), -1
+        if not result.positions:  # an older duplicate: stored, its offsets forgotten
+            return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1
+        return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0])
+
+    # -- offsets and fetch ----------------------------------------------------------
+
+    def _offsets(self, topic: str) -> TopicOffsets:
+        return self.engine.offsets(topic)
+
+    async def list_offsets(self, request: Any, version: int) -> Any:
+        committed = version >= 2 and request.isolation_level == _READ_COMMITTED
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                error, offset = ErrorCode.NONE, -1
+                try:
+                    offsets = self._offsets(topic.name)
+                except EngineError as exc:
+                    error = code_of(exc)
+                else:
+                    if part.partition_index != 0:
+                        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    elif part.timestamp == _EARLIEST:
+                        offset = offsets.log_start
+                    elif part.timestamp == _LATEST:
+                        offset = offsets.last_stable if committed else offsets.high_watermark
+                    else:  # no time index: "no offset at or after that time"
+                        offset = -1
+                partitions.append(
+                    ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                        partition_index=part.partition_index,
+                        error_code=error,
+                        timestamp=-1,
+                        offset=offset,
+                        leader_epoch=0,
+                    )
+                )
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
+            )
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    async def fetch(self, request: Any, version: int) -> Any:
+        committed = request.isolation_level == _READ_COMMITTED
+        wanted = [
+            (topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes)
+            for topic in request.topics
+            for part in topic.partitions
+        ]
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
+        while True:
+            # the change events first: an append after the reads below still wakes us
+            events = [self._watch(name) for name, *_ in wanted]
+            answers, size = await self._fetch_all(wanted, committed, request.max_bytes)
+            remaining = deadline - time.monotonic()
+            if size >= max(request.min_bytes, 1) or remaining <= 0 or self._drain.is_set():
+                break
+            waits = [e for e in events if e is not None]
+            if not waits:
+                break
+            await _first_of([*waits, self._drain], remaining)
+        topics: dict[str, list[Any]] = {}
+        for name, partition in answers:
+            topics.setdefault(name, []).append(partition)
+        return FetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,  # no fetch sessions: every fetch names its partitions
+            responses=[
+                FetchResponse.FetchableTopicResponse(topic=name, partitions=parts)
+                for name, parts in topics.items()
+            ],
+        )
+
+    def _watch(self, topic: str) -> asyncio.Event | None:
+        try:
+            return self.engine.watch(topic)
+        except EngineError:
+            return None
+
+    async def _fetch_all(
+        self, wanted: list[tuple[str, int, int, int]], committed: bool, max_bytes: int
+    ) -> tuple[list[tuple[str, Any]], int]:
+        answers = []
+        total = 0
+        for name, partition, offset, partition_max in wanted:
+            budget = min(partition_max, max_bytes - total)
+            answer, size = await self._fetch_partition(
+                name, partition, offset, committed, budget if total == 0 else max(budget, 0)
+            )
+            total += size
+            answers.append((name, answer))
+        return answers, total
+
+    async def _fetch_partition(
+        self, topic: str, partition: int, offset: int, committed: bool, budget: int
+    ) -> tuple[Any, int]:
+        part = FetchResponse.FetchableTopicResponse.PartitionData
+        error, records = ErrorCode.NONE, b""
+        aborted: list[Any] = []
+        offsets = TopicOffsets(-1, -1, -1)
+        try:
+            if partition != 0:
+                raise _PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            offsets = self._offsets(topic)
+            limit = offsets.last_stable if committed else offsets.high_watermark
+            if offset < offsets.log_start or offset > offsets.high_watermark:
+                raise _PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            if offset < limit and budget > 0:
+                records, aborted = await self._read(topic, offset, committed, budget)
+        except _PartitionError as exc:
+            error = exc.code
+        except EngineError as exc:
+            error = code_of(exc)
+        answer = part(
+            partition_index=partition,
+            error_code=error,
+            high_watermark=offsets.high_watermark,
+            last_stable_offset=offsets.last_stable,
+            log_start_offset=offsets.log_start,
+            aborted_transactions=aborted if committed else None,
+            preferred_read_replica=-1,
+            records=records,
+        )
+        return answer, len(records)
+
+    async def _read(
+        self, topic: str, offset: int, committed: bool, budget: int
+    ) -> tuple[bytes, list[Any]]:
+        engine = self.engine
+        position = engine.position_at(topic, offset)
+        if position is None:
+            raise _PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE)
+        result: FetchResult = await engine.fetch(
+            topic,
+            position,
+            max=_FETCH_ENTRIES,
+            isolation="read_committed" if committed else "read_uncommitted",
+            max_bytes=budget,
+        )
+        if not result.entries:
+            return b"", []
+        offsets = [engine.offset_of(topic, entry.position) for entry in result.entries]
+        records = build_batches(result.entries, offsets)
+        aborted_type = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
+        aborted = [
+            aborted_type(
+                producer_id=producer_id_of(a.txn),
+                first_offset=engine.offset_of(topic, a.first_position),
+            )
+            for a in result.aborted
+        ]
+        return records, aborted
+
+    # -- transactions ---------------------------------------------------------------
+
+    async def init_producer_id(self, request: Any, version: int) -> Any:
+        def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch
+            )
+
+        transactional_id = request.transactional_id
+        if transactional_id is None:
+            return answer(ErrorCode.NONE, self.producers.new_id(), 0)
+        timeout_ms = request.transaction_timeout_ms
+        max_timeout = self.engine.config.max_txn_timeout
+        if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
+            return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        producer = self.producers.entry(transactional_id)
+        async with producer.lock:
+            if producer.txn is not None:  # the previous epoch's open transaction
+                await self._end(producer, commit=False)
+            producer.epoch = next_epoch(producer.epoch)
+            producer.timeout_ms = timeout_ms
+            return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)
+
+    def _txn_producer(
+        self, transactional_id: str, producer_id: int, epoch: int
+    ) -> TxnProducer | ErrorCode:
+        producer = self.producers.get(transactional_id)
+        if producer is None or producer.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer.epoch != epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return producer
+
+    async def add_partitions_to_txn(self, request: Any, version: int) -> Any:
+        result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+        partition_result = result.AddPartitionsToTxnPartitionResult
+        producer = self._txn_producer(
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+        )
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        if isinstance(producer, ErrorCode):
+            for topic in request.v3_and_below_topics:
+                for index in topic.partitions:
+                    codes[topic.name, index] = producer
+        else:
+            async with producer.lock:
+                codes = await self._add_partitions(producer, request.v3_and_below_topics)
+        by_topic: dict[str, list[Any]] = {}
+        for (name, index), code in codes.items():
+            by_topic.setdefault(name, []).append(
+                partition_result(partition_index=index, partition_error_code=code)
+            )
+        return AddPartitionsToTxnResponse(
+            throttle_time_ms=0,
+            results_by_topic_v3_and_below=[
+                result(name=name, results_by_partition=parts) for name, parts in by_topic.items()
+            ],
+        )
+
+    async def _add_partitions(
+        self, producer: TxnProducer, topics: Any
+    ) -> dict[tuple[str, int], ErrorCode]:
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        known = set(await self.engine.list_topics())
+        for topic in topics:
+            for index in topic.partitions:
+                ok = topic.name in known and index == 0
+                codes[topic.name, index] = (
+                    ErrorCode.NONE if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+        if any(code is not ErrorCode.NONE for code in codes.values()):
+            # all or nothing, as Kafka: the others are not added
+            return {
+                k: ErrorCode.OPERATION_NOT_ATTEMPTED if c is ErrorCode.NONE else c
+                for k, c in codes.items()
+            }
+        try:
+            if producer.txn is None:
+                producer.txn = await self.engine.begin(
+                    timeout=producer.timeout_ms / 1000,
+                    transactional_id=producer.transactional_id,
+                    label=f"kafka:{producer.transactional_id}",
+                )
+                producer.topics = set()
+        except EngineError as exc:
+            code = code_of(exc)
+            return dict.fromkeys(codes, code)
+        producer.topics.update(name for name, _ in codes)
+        return codes
+
+    async def end_txn(self, request: Any, version: int) -> Any:
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        if isinstance(producer, ErrorCode):
+            return EndTxnResponse(throttle_time_ms=0, error_code=producer)
+        async with producer.lock:
+            error = await self._end(producer, commit=request.committed)
+        return EndTxnResponse(throttle_time_ms=0, error_code=error)
+
+    async def _end(self, producer: TxnProducer, *, commit: bool) -> ErrorCode:
+        """Commit or abort the producer's open transaction (none: nothing to do)."""
+        txn, producer.txn, producer.topics = producer.txn, None, set()
+        if txn is None:
+            return ErrorCode.NONE
+        try:
+            if commit:
+                await txn.commit()
+            else:
+                await txn.abort()
+        except EngineError as exc:
+            if not commit:
+                return ErrorCode.NONE  # it ended anyway (timed out, fenced): aborted
+            return code_of(exc)
+        return ErrorCode.NONE
+
+
+class _PartitionError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+async def _first_of(events: list[asyncio.Event], timeout: float) -> None:
+    """Wait until one of ``events`` is set or ``timeout`` seconds pass."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)

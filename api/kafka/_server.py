@@ -1,0 +1,173 @@
+"""The Kafka listener: an asyncio TCP server that frames, decodes and answers requests.
+
+Each connection reads size-prefixed frames (at most ``max_frame_bytes``, the HTTP body
+limit) and answers them one at a time in order, as a Kafka broker does. A frame that is
+too large or does not decode closes that connection only. An ApiVersions request of a
+version not served is answered as Kafka does: UNSUPPORTED_VERSION in the v0 layout with
+the served versions, the connection kept, so the client retries with one it finds there.
+Any other request of an unknown key or version closes the connection.
+
+:meth:`KafkaListener.stop` stops accepting, lets requests being answered finish (long
+polls answer at once), closes idle connections, and waits for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from typing import Any
+
+from txnstream.api import Engine
+
+from ._broker import API_VERSIONS_KEY, APIS, Broker, api_versions_response
+from ._codes import ErrorCode
+
+log = logging.getLogger("txnstream.kafka")
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
+_STOP_GRACE = 10.0  # seconds requests in flight get to finish at stop
+
+
+def parse_address(text: str, what: str = "--kafka-listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as ``(host, port)``; ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{what} must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+class _Connection:
+    """One client connection's task and whether it is answering a request now."""
+
+    __slots__ = ("busy", "task")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.task: asyncio.Task[None] | None = None
+
+
+class KafkaListener:
+    """Serves the Kafka protocol on ``host:port`` over ``engine``.
+
+    ``advertise`` is the ``(host, port)`` Metadata and FindCoordinator return (default:
+    the bound address). Start with :meth:`start`, stop with :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        port: int,
+        *,
+        advertise: tuple[str, int] | None = None,
+        max_frame_bytes: int | None = None,
+    ) -> None:
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self._advertise = advertise
+        self.max_frame_bytes = max_frame_bytes or engine.config.max_request_bytes
+        self._drain = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self.broker: Broker | None = None
+
+    async def start(self) -> None:
+        """Bind and start accepting (port 0: a free port, then in :attr:`port`)."""
+        server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = server
+        self.port = server.sockets[0].getsockname()[1]
+        host, port = self._advertise or (self.host, self.port)
+        self.broker = Broker(self.engine, host, port, self._drain)
+        log.info("Kafka listener on %s:%d (advertised as %s:%d)", self.host, self.port, host, port)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish the requests in flight, close every connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        self._drain.set()
+        for connection in list(self._connections):
+            if not connection.busy and connection.task is not None:
+                connection.task.cancel()  # idle: waiting for its next request
+        tasks = [c.task for c in self._connections if c.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_STOP_GRACE)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        log.info("Kafka listener stopped")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection()
+        connection.task = asyncio.current_task()
+        self._connections.add(connection)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._requests(connection, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        except _Refused as exc:
+            log.info("closing Kafka connection from %s: %s", peer, exc)
+        except asyncio.CancelledError:
+            pass  # stop(): this connection's task ends here
+        except Exception:
+            log.exception("Kafka connection from %s failed; closing it", peer)
+        finally:
+            self._connections.discard(connection)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _requests(
+        self, connection: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while not self._drain.is_set():
+            (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+            if not _HEAD.size <= size <= self.max_frame_bytes:
+                raise _Refused(f"a frame of {size} bytes (the limit is {self.max_frame_bytes})")
+            frame = await reader.readexactly(size)
+            connection.busy = True
+            try:
+                response = await self._answer(frame)
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
+            finally:
+                connection.busy = False
+
+    async def _answer(self, frame: bytes) -> bytes | None:
+        """The framed response to one request frame (None: none expected)."""
+        api_key, version, correlation_id = _HEAD.unpack_from(frame)
+        api = APIS.get(api_key)
+        if api is None:
+            raise _Refused(f"API key {api_key} is not served")
+        if not api.min_version <= version <= api.max_version:
+            if api_key != API_VERSIONS_KEY:
+                raise _Refused(f"API key {api_key} version {version} is not served")
+            return _encode(api_versions_response(ErrorCode.UNSUPPORTED_VERSION), 0, correlation_id)
+        try:
+            request = api.request.decode(frame, version=version, header=True)
+        except Exception as exc:  # noqa: BLE001 - any decoding failure: a malformed frame
+            raise _Refused(f"a malformed request (key {api_key} v{version}): {exc}") from None
+        assert self.broker is not None
+        response = await self.broker.handle(api_key, request, version)
+        if response is None:
+            return None
+        return _encode(response, version, correlation_id)
+
+
+def _encode(response: Any, version: int, correlation_id: int) -> bytes:
+    response.API_VERSION = version  # before the header: the codec's setter expects none
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+class _Refused(Exception):
+    """Why a connection is closed (logged, never sent)."""
