@@ -72,12 +72,18 @@ def with_config_flags(command: Callable[..., None]) -> Callable[..., None]:
     """``command`` with one option per :class:`EngineConfig` field added; it is called
     with ``engine_settings={field: value}`` for the options that were given."""
     signature = inspect.signature(command)
-    params = [p for p in signature.parameters.values() if p.name != "engine_settings"]
     annotations = {
         name: hint
         for name, hint in typing.get_type_hints(command, include_extras=True).items()
         if name != "engine_settings"
     }
+    # the resolved hints, not the strings postponed evaluation leaves in the signature:
+    # typer cannot resolve those here, and would drop their Option (help, envvar)
+    params = [
+        p.replace(annotation=annotations[p.name])
+        for p in signature.parameters.values()
+        if p.name != "engine_settings"
+    ]
     names = []
     for name, base in config_fields():
         names.append(name)

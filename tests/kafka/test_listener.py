@@ -5,13 +5,13 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import Kafka, KafkaWire
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     MetadataRequest,
     MetadataResponse,
 )
+from kafka_support import Kafka, KafkaWire
 
 from txnstream.api.kafka import APIS
 
