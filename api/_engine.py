@@ -65,7 +65,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Consuming, Offloading, Offsets):
+class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from txnstream.ledger import Position
+from txnstream.ledger import InvalidArgumentError, Position, TxnId
 
-from ._core import EngineCore
+from ._consume import Consuming
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class TopicOffsets:
     last_stable: int
 
 
-class Offsets(EngineCore):
+class Offsets(Consuming):
     """The engine's offset calls (a part of :class:`~txnstream.api.Engine`)."""
 
     def offsets(self, topic: str) -> TopicOffsets:
@@ -50,6 +50,45 @@ class Offsets(EngineCore):
         """The position of the entry with ``offset`` (None if no retained or assigned
         entry has it: before the log start, or at or past the end)."""
         return self._topic(topic).ledger.position_at(offset)
+
+    def committed_offset(self, topic: str, subscription: str) -> int | None:
+        """The subscription's committed offset: the offset after its mark-delete position
+        (everything before it acknowledged). None if there is no such subscription."""
+        topic_ = self._topic(topic)
+        sub = self.subscriptions.find(topic, subscription)
+        if sub is None:
+            return None
+        ledger = topic_.ledger
+        start = ledger.start_offset()
+        mark_delete = sub.cursor.mark_delete
+        return start if mark_delete is None else max(start, ledger.offset_of(_after(mark_delete)))
+
+    async def commit_offset(
+        self, topic: str, subscription: str, offset: int, *, txn: TxnId | str | None = None
+    ) -> None:
+        """Acknowledge everything before ``offset`` on ``subscription`` (made if missing:
+        exclusive, read_committed, from the earliest entry), as a Kafka offset commit.
+
+        Without ``txn`` the cursor moves to ``offset``, back or forth (a seek); with it,
+        everything before ``offset`` is acknowledged when ``txn`` commits (a transactional
+        cumulative ack; it only moves forward).
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidArgumentError("an offset must be a non-negative integer")
+        ledger = self._topic(topic).ledger
+        if self.subscriptions.find(topic, subscription) is None:
+            await self.create_subscription(topic, subscription)
+        if txn is not None:
+            last = ledger.position_at(offset - 1) if offset > ledger.start_offset() else None
+            if last is not None:
+                await self.ack(topic, subscription, [last], cumulative=True, txn=txn)
+            return
+        position = ledger.position_at(offset)
+        if position is None:
+            target: Position | str = "earliest" if offset <= ledger.start_offset() else "latest"
+        else:
+            target = position
+        await self.seek(topic, subscription, target)
 
     def watch(self, topic: str) -> asyncio.Event:
         """An event set at the topic's next change (a durable append or marker, a

@@ -21,8 +21,20 @@ from typing import Any
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -33,6 +45,8 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
@@ -41,6 +55,8 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 from txnstream.api import (
@@ -49,9 +65,12 @@ from txnstream.api import (
     FetchResult,
     OutgoingMessage,
     TopicOffsets,
+    TxnId,
+    validate_name,
 )
 
 from ._codes import ErrorCode, code_of
+from ._groups import GroupCoordinator
 from ._producers import Producers, TxnProducer, next_epoch, producer_name
 from ._records import RecordsError, build_batches, producer_id_of, read_batches
 
@@ -90,6 +109,14 @@ APIS: dict[int, Api] = {
         Api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 2),
         Api(EndTxnRequest, EndTxnResponse, 0, 2),
+        Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 2),
+        Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 2),
+        Api(JoinGroupRequest, JoinGroupResponse, 0, 5),
+        Api(SyncGroupRequest, SyncGroupResponse, 0, 3),
+        Api(HeartbeatRequest, HeartbeatResponse, 0, 3),
+        Api(LeaveGroupRequest, LeaveGroupResponse, 0, 3),
+        Api(OffsetCommitRequest, OffsetCommitResponse, 2, 7),
+        Api(OffsetFetchRequest, OffsetFetchResponse, 1, 5),
     )
 }
 API_VERSIONS_KEY: int = ApiVersionsRequest.API_KEY
@@ -115,6 +142,7 @@ class Broker:
         self.port = port
         self._drain = drain  # set at shutdown: long polls answer at once
         self.producers = Producers()
+        self.groups = GroupCoordinator()
         self._handlers: dict[int, Handler] = {
             ProduceRequest.API_KEY: self.produce,
             FetchRequest.API_KEY: self.fetch,
@@ -125,6 +153,14 @@ class Broker:
             InitProducerIdRequest.API_KEY: self.init_producer_id,
             AddPartitionsToTxnRequest.API_KEY: self.add_partitions_to_txn,
             EndTxnRequest.API_KEY: self.end_txn,
+            AddOffsetsToTxnRequest.API_KEY: self.add_offsets_to_txn,
+            TxnOffsetCommitRequest.API_KEY: self.txn_offset_commit,
+            JoinGroupRequest.API_KEY: self.join_group,
+            SyncGroupRequest.API_KEY: self.sync_group,
+            HeartbeatRequest.API_KEY: self.heartbeat,
+            LeaveGroupRequest.API_KEY: self.leave_group,
+            OffsetCommitRequest.API_KEY: self.offset_commit,
+            OffsetFetchRequest.API_KEY: self.offset_fetch,
         }
 
     async def handle(self, api_key: int, request: Any, version: int) -> Any:
@@ -512,19 +548,26 @@ class Broker:
                 k: ErrorCode.OPERATION_NOT_ATTEMPTED if c is ErrorCode.NONE else c
                 for k, c in codes.items()
             }
-        try:
-            if producer.txn is None:
-                producer.txn = await self.engine.begin(
-                    timeout=producer.timeout_ms / 1000,
-                    transactional_id=producer.transactional_id,
-                    label=f"kafka:{producer.transactional_id}",
-                )
-                producer.topics = set()
-        except EngineError as exc:
-            code = code_of(exc)
-            return dict.fromkeys(codes, code)
+        error = await self._ensure_txn(producer)
+        if error is not ErrorCode.NONE:
+            return dict.fromkeys(codes, error)
         producer.topics.update(name for name, _ in codes)
         return codes
+
+    async def _ensure_txn(self, producer: TxnProducer) -> ErrorCode:
+        """Begin the producer's engine transaction if none is open (under its lock)."""
+        if producer.txn is not None:
+            return ErrorCode.NONE
+        try:
+            producer.txn = await self.engine.begin(
+                timeout=producer.timeout_ms / 1000,
+                transactional_id=producer.transactional_id,
+                label=f"kafka:{producer.transactional_id}",
+            )
+        except EngineError as exc:
+            return code_of(exc)
+        producer.topics = set()
+        return ErrorCode.NONE
 
     async def end_txn(self, request: Any, version: int) -> Any:
         producer = self._txn_producer(
@@ -551,6 +594,193 @@ class Broker:
                 return ErrorCode.NONE  # it ended anyway (timed out, fenced): aborted
             return code_of(exc)
         return ErrorCode.NONE
+
+    async def add_offsets_to_txn(self, request: Any, version: int) -> Any:
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        if isinstance(producer, ErrorCode):
+            error = producer
+        elif not _valid_group(request.group_id):
+            error = ErrorCode.INVALID_GROUP_ID
+        else:
+            async with producer.lock:
+                error = await self._ensure_txn(producer)
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)
+
+    async def txn_offset_commit(self, request: Any, version: int) -> Any:
+        topic_type = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+        partition_type = topic_type.TxnOffsetCommitResponsePartition
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                if isinstance(producer, ErrorCode):
+                    error = producer
+                elif producer.txn is None:
+                    error = ErrorCode.INVALID_TXN_STATE
+                else:
+                    error = await self._commit_offset(
+                        request.group_id,
+                        topic.name,
+                        part.partition_index,
+                        part.committed_offset,
+                        producer.txn.txn_id,
+                    )
+                partitions.append(
+                    partition_type(partition_index=part.partition_index, error_code=error)
+                )
+            topics.append(topic_type(name=topic.name, partitions=partitions))
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+    # -- consumer groups --------------------------------------------------------------
+
+    async def join_group(self, request: Any, version: int) -> Any:
+        client_id = request.header.client_id if request.header is not None else None
+        rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else -1
+        result = await self.groups.join(
+            request.group_id,
+            request.member_id,
+            client_id or "",
+            request.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in request.protocols],
+            request.session_timeout_ms,
+            rebalance_timeout if rebalance_timeout > 0 else request.session_timeout_ms,
+        )
+        member_type = JoinGroupResponse.JoinGroupResponseMember
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=result.error,
+            generation_id=result.generation,
+            protocol_name=result.protocol or "",
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                member_type(member_id=m, group_instance_id=None, metadata=meta)
+                for m, meta in result.members
+            ],
+        )
+
+    async def sync_group(self, request: Any, version: int) -> Any:
+        error, assignment = await self.groups.sync(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+        return SyncGroupResponse(throttle_time_ms=0, error_code=error, assignment=assignment)
+
+    async def heartbeat(self, request: Any, version: int) -> Any:
+        error = self.groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+        return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+
+    async def leave_group(self, request: Any, version: int) -> Any:
+        if version < 3:
+            error = self.groups.leave(request.group_id, request.member_id)
+            return LeaveGroupResponse(throttle_time_ms=0, error_code=error)
+        member_type = LeaveGroupResponse.MemberResponse
+        members = [
+            member_type(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                error_code=self.groups.leave(request.group_id, m.member_id),
+            )
+            for m in request.members
+        ]
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=0, members=members)
+
+    async def offset_commit(self, request: Any, version: int) -> Any:
+        topic_type = OffsetCommitResponse.OffsetCommitResponseTopic
+        partition_type = topic_type.OffsetCommitResponsePartition
+        group_error = ErrorCode.NONE
+        generation = request.generation_id_or_member_epoch
+        if generation >= 0:  # a member's commit (-1: a consumer outside the group protocol)
+            current = self.groups.generation_of(request.group_id, request.member_id)
+            if current is None:
+                group_error = ErrorCode.UNKNOWN_MEMBER_ID
+            elif current != generation:
+                group_error = ErrorCode.ILLEGAL_GENERATION
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                error = group_error
+                if error is ErrorCode.NONE:
+                    error = await self._commit_offset(
+                        request.group_id, topic.name, part.partition_index, part.committed_offset
+                    )
+                partitions.append(
+                    partition_type(partition_index=part.partition_index, error_code=error)
+                )
+            topics.append(topic_type(name=topic.name, partitions=partitions))
+        return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+    async def _commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, txn: TxnId | None = None
+    ) -> ErrorCode:
+        """Commit ``group``'s offset of ``topic``: its subscription's cursor."""
+        if not _valid_group(group):
+            return ErrorCode.INVALID_GROUP_ID
+        if partition != 0:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            await self.engine.commit_offset(topic, group, offset, txn=txn)
+        except EngineError as exc:
+            return code_of(exc)
+        return ErrorCode.NONE
+
+    async def offset_fetch(self, request: Any, version: int) -> Any:
+        topic_type = OffsetFetchResponse.OffsetFetchResponseTopic
+        partition_type = topic_type.OffsetFetchResponsePartition
+        group = request.group_id
+        if request.topics is None:  # every topic the group committed on
+            names = await self.engine.list_topics()
+            asked = [(n, [0]) for n in names if self._committed(group, n) is not None]
+        else:
+            asked = [(t.name, list(t.partition_indexes)) for t in request.topics]
+        topics = []
+        for name, indexes in asked:
+            partitions = []
+            for index in indexes:
+                error, offset = ErrorCode.NONE, -1
+                if not _valid_group(group):
+                    error = ErrorCode.INVALID_GROUP_ID
+                elif index != 0:
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    committed = self._committed(group, name)
+                    offset = -1 if committed is None else committed
+                partitions.append(
+                    partition_type(
+                        partition_index=index,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=error,
+                    )
+                )
+            topics.append(topic_type(name=name, partitions=partitions))
+        return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=0)
+
+    def _committed(self, group: str, topic: str) -> int | None:
+        if not _valid_group(group):
+            return None
+        try:
+            return self.engine.committed_offset(topic, group)
+        except EngineError:
+            return None
+
+
+def _valid_group(group: str | None) -> bool:
+    """A group id is a subscription name (its offsets are that subscription's cursor)."""
+    try:
+        validate_name(group, "group")
+    except ValueError:
+        return False
+    return True
 
 
 class _PartitionError(Exception):

@@ -75,6 +75,7 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self.broker: Broker | None = None
+        self._upkeep: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Bind and start accepting (port 0: a free port, then in :attr:`port`)."""
@@ -83,6 +84,7 @@ class KafkaListener:
         self.port = server.sockets[0].getsockname()[1]
         host, port = self._advertise or (self.host, self.port)
         self.broker = Broker(self.engine, host, port, self._drain)
+        self._upkeep = asyncio.create_task(self.broker.groups.run(), name="kafka-groups")
         log.info("Kafka listener on %s:%d (advertised as %s:%d)", self.host, self.port, host, port)
 
     async def stop(self) -> None:
@@ -92,6 +94,11 @@ class KafkaListener:
             return
         server.close()
         self._drain.set()
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+        if self.broker is not None:
+            await self.broker.groups.close()  # joins and syncs waiting answer now
         for connection in list(self._connections):
             if not connection.busy and connection.task is not None:
                 connection.task.cancel()  # idle: waiting for its next request
