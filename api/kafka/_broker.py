@@ -144,7 +144,6 @@ class Broker:
         self.producers = Producers()
         self.groups = GroupCoordinator()
         self._handlers: dict[int, Handler] = {
-            ProduceRequest.API_KEY: self.produce,
             FetchRequest.API_KEY: self.fetch,
             ListOffsetsRequest.API_KEY: self.list_offsets,
             MetadataRequest.API_KEY: self.metadata,
@@ -163,9 +162,19 @@ class Broker:
             OffsetFetchRequest.API_KEY: self.offset_fetch,
         }
 
-    async def handle(self, api_key: int, request: Any, version: int) -> Any:
-        """The response to ``request`` (None: the request expects none)."""
-        return await self._handlers[api_key](request, version)
+    async def handle(
+        self, api_key: int, request: Any, version: int, assigned: asyncio.Event
+    ) -> Any:
+        """The response to ``request`` (None: the request expects none). ``assigned`` is
+        set once the connection's next request may start: a Produce sets it as soon as
+        its records have offsets (so a connection's produce requests share flushes),
+        every other request when it is answered."""
+        if api_key == ProduceRequest.API_KEY:
+            return await self.produce(request, version, assigned)
+        try:
+            return await self._handlers[api_key](request, version)
+        finally:
+            assigned.set()
 
     # -- cluster ------------------------------------------------------------------
 
@@ -226,39 +235,50 @@ class Broker:
 
     # -- produce ------------------------------------------------------------------
 
-    async def produce(self, request: Any, version: int) -> Any:
+    async def produce(self, request: Any, version: int, assigned: asyncio.Event) -> Any:
+        """Store every partition's batches; set ``assigned`` once they all have their
+        offsets (the connection's next request may start then), answer once durable."""
         txn_producer = None
         if request.transactional_id is not None:
             txn_producer = self.producers.get(request.transactional_id)
-        results = []
-        for topic in request.topic_data:
-            partitions = []
-            for data in topic.partition_data:
-                error, base = await self._produce_partition(
-                    topic.name, data.index, data.records, request.transactional_id, txn_producer
-                )
-                start = -1
-                if error is ErrorCode.NONE:
-                    start = self._offsets(topic.name).log_start
-                partitions.append(
-                    ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
-                        index=data.index,
-                        error_code=error,
-                        base_offset=base,
-                        log_append_time_ms=-1,
-                        log_start_offset=start,
-                        record_errors=[],
-                        error_message=None if error is ErrorCode.NONE else error.name,
+        stored = []
+        try:
+            for topic in request.topic_data:
+                for data in topic.partition_data:
+                    outcome = await self._produce_partition(
+                        topic.name, data.index, data.records, request.transactional_id, txn_producer
                     )
-                )
-            results.append(
-                ProduceResponse.TopicProduceResponse(
-                    name=topic.name, partition_responses=partitions
+                    stored.append((topic.name, data.index, outcome))
+        finally:
+            assigned.set()
+        results: dict[str, list[Any]] = {}
+        for name, index, (error, base, durable) in stored:
+            for future in durable:
+                try:
+                    await future
+                except EngineError as exc:
+                    error, base = code_of(exc), -1
+            start = self._offsets(name).log_start if error is ErrorCode.NONE else -1
+            results.setdefault(name, []).append(
+                ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+                    index=index,
+                    error_code=error,
+                    base_offset=base,
+                    log_append_time_ms=-1,
+                    log_start_offset=start,
+                    record_errors=[],
+                    error_message=None if error is ErrorCode.NONE else error.name,
                 )
             )
         if request.acks == 0:
             return None
-        return ProduceResponse(responses=results, throttle_time_ms=0)
+        return ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(name=name, partition_responses=parts)
+                for name, parts in results.items()
+            ],
+            throttle_time_ms=0,
+        )
 
     async def _produce_partition(
         self,
@@ -267,16 +287,18 @@ class Broker:
         records: Any,
         transactional_id: str | None,
         txn_producer: TxnProducer | None,
-    ) -> tuple[ErrorCode, int]:
-        """Store one partition's batches; (error, base offset of the first batch)."""
+    ) -> tuple[ErrorCode, int, list[asyncio.Future[None]]]:
+        """Start storing one partition's batches: (error, base offset of the first
+        batch, the futures of their durability)."""
         if partition != 0:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, []
         try:
             batches = read_batches(records)
         except RecordsError as exc:
             log.info("refused a produced record set for %s: %s", topic, exc)
-            return ErrorCode.CORRUPT_MESSAGE, -1
+            return ErrorCode.CORRUPT_MESSAGE, -1, []
         base = -1
+        durable: list[asyncio.Future[None]] = []
         for batch in batches:
             txn = None
             if batch.transactional:
@@ -285,22 +307,24 @@ class Broker:
                     or txn_producer.producer_id != batch.producer_id
                     or txn_producer.epoch != batch.producer_epoch
                 ):
-                    return ErrorCode.INVALID_PRODUCER_EPOCH, -1
+                    return ErrorCode.INVALID_PRODUCER_EPOCH, -1, durable
                 if txn_producer.txn is None or topic not in txn_producer.topics:
-                    return ErrorCode.INVALID_TXN_STATE, -1
-                txn = txn_producer.txn.id
+                    return ErrorCode.INVALID_TXN_STATE, -1, durable
+                txn = txn_producer.txn.txn_id
             elif transactional_id is not None:
-                return ErrorCode.INVALID_REQUEST, -1  # a transactional producer's plain batch
-            error, first = await self._store(topic, batch.messages, batch, txn)
+                return ErrorCode.INVALID_REQUEST, -1, durable  # a transactional id's plain batch
+            error, first, done = await self._store(topic, batch.messages, batch, txn)
             if error is not ErrorCode.NONE:
-                return error, -1
+                return error, -1, durable
+            if done is not None:
+                durable.append(done)
             if base < 0:
                 base = first
-        return ErrorCode.NONE, base
+        return ErrorCode.NONE, base, durable
 
     async def _store(
-        self, topic: str, messages: list[OutgoingMessage], batch: Any, txn: Any
-    ) -> tuple[ErrorCode, int]:
+        self, topic: str, messages: list[OutgoingMessage], batch: Any, txn: TxnId | None
+    ) -> tuple[ErrorCode, int, asyncio.Future[None] | None]:
         producer = sequence = None
         try:
             if batch.producer_id >= 0 and batch.base_sequence >= 0:
@@ -309,15 +333,15 @@ class Broker:
                 last = self.engine.last_sequence(topic, producer)
                 expected = 0 if last is None else last + 1
                 if sequence > expected:
-                    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-            result = await self.engine.produce(
+                    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, None
+            result, done = await self.engine.produce_start(
                 topic, messages, txn=txn, producer=producer, sequence=sequence
             )
         except EngineError as exc:
-            return code_of(exc), -1
+            return code_of(exc), -1, None
         if not result.positions:  # an older duplicate: stored, its offsets forgotten
-            return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1
-        return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0])
+            return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
+        return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0]), done
 
     # -- offsets and fetch ----------------------------------------------------------
 

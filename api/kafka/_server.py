@@ -29,6 +29,7 @@ log = logging.getLogger("txnstream.kafka")
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
 _STOP_GRACE = 10.0  # seconds requests in flight get to finish at stop
+_PIPELINE = 16  # requests of one connection started and not yet answered, at most
 
 
 def parse_address(text: str, what: str = "--kafka-listen") -> tuple[str, int]:
@@ -41,13 +42,12 @@ def parse_address(text: str, what: str = "--kafka-listen") -> tuple[str, int]:
 
 
 class _Connection:
-    """One client connection's task and whether it is answering a request now."""
+    """One client connection: its reading task (None once it stopped reading)."""
 
-    __slots__ = ("busy", "task")
+    __slots__ = ("reading",)
 
     def __init__(self) -> None:
-        self.busy = False
-        self.task: asyncio.Task[None] | None = None
+        self.reading: asyncio.Task[None] | None = None
 
 
 class KafkaListener:
@@ -74,6 +74,7 @@ class KafkaListener:
         self._drain = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # one per connection
         self.broker: Broker | None = None
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -100,9 +101,9 @@ class KafkaListener:
         if self.broker is not None:
             await self.broker.groups.close()  # joins and syncs waiting answer now
         for connection in list(self._connections):
-            if not connection.busy and connection.task is not None:
-                connection.task.cancel()  # idle: waiting for its next request
-        tasks = [c.task for c in self._connections if c.task is not None]
+            if connection.reading is not None:
+                connection.reading.cancel()  # no new requests; those started finish
+        tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=_STOP_GRACE)
             for task in pending:
@@ -112,59 +113,111 @@ class KafkaListener:
         log.info("Kafka listener stopped")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: requests are read and started in order, and answered in order
+        by a writer that awaits each response in turn (see :meth:`_read`)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         connection = _Connection()
-        connection.task = asyncio.current_task()
         self._connections.add(connection)
         peer = writer.get_extra_info("peername")
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(_PIPELINE)
+        reading = connection.reading = asyncio.create_task(
+            self._read(reader, answers), name="kafka-reader"
+        )
+        writing = asyncio.create_task(self._write(answers, writer), name="kafka-writer")
+        writing.add_done_callback(lambda _: reading.cancel())  # a failed answer ends reading
         try:
-            await self._requests(connection, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away
-        except _Refused as exc:
+            try:
+                await reading
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass  # the client went away
+            except _Refused as exc:
+                log.info("closing Kafka connection from %s: %s", peer, exc)
+            except asyncio.CancelledError:
+                if not reading.cancelled():
+                    raise  # this task itself was cancelled (stop() past its grace)
+            connection.reading = None
+            if not writing.done():
+                await answers.put(None)  # the requests started are answered, then the end
+            await writing
+        except (ConnectionError, _Refused) as exc:
             log.info("closing Kafka connection from %s: %s", peer, exc)
-        except asyncio.CancelledError:
-            pass  # stop(): this connection's task ends here
         except Exception:
             log.exception("Kafka connection from %s failed; closing it", peer)
         finally:
+            connection.reading = None
             self._connections.discard(connection)
+            self._tasks.discard(task)
+            for pending in (reading, writing):
+                pending.cancel()
+            await asyncio.gather(reading, writing, return_exceptions=True)
+            while not answers.empty():  # requests never answered (stop() past its grace)
+                if (answer := answers.get_nowait()) is not None:
+                    answer.cancel()
+                    await asyncio.gather(answer, return_exceptions=True)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _requests(
-        self, connection: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    async def _read(
+        self,
+        reader: asyncio.StreamReader,
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
     ) -> None:
+        """Read frames and start each request, the next one once the previous allows it
+        (a Produce as soon as its records have offsets, anything else once answered).
+
+        Cancelling it (stop()) stops reading; the requests started go on to be answered.
+        """
         while not self._drain.is_set():
             (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
             if not _HEAD.size <= size <= self.max_frame_bytes:
                 raise _Refused(f"a frame of {size} bytes (the limit is {self.max_frame_bytes})")
             frame = await reader.readexactly(size)
-            connection.busy = True
-            try:
-                response = await self._answer(frame)
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
+            started = asyncio.Event()
+            answer = asyncio.create_task(self._answer(frame, started), name="kafka-request")
+            await answers.put(answer)
+            gate = asyncio.ensure_future(started.wait())
+            try:  # (asyncio.wait never cancels what it waits for)
+                await asyncio.wait((answer, gate), return_when=asyncio.FIRST_COMPLETED)
             finally:
-                connection.busy = False
+                gate.cancel()
+            if answer.done() and (answer.cancelled() or answer.exception() is not None):
+                return  # the writer reports it and closes the connection
 
-    async def _answer(self, frame: bytes) -> bytes | None:
-        """The framed response to one request frame (None: none expected)."""
+    async def _write(
+        self,
+        answers: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Write each response in request order until the end mark (None)."""
+        while (answer := await answers.get()) is not None:
+            response = await answer
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+
+    async def _answer(self, frame: bytes, started: asyncio.Event) -> bytes | None:
+        """The framed response to one request frame (None: none expected); ``started``
+        is set once the connection's next request may start."""
         api_key, version, correlation_id = _HEAD.unpack_from(frame)
         api = APIS.get(api_key)
         if api is None:
+            started.set()
             raise _Refused(f"API key {api_key} is not served")
         if not api.min_version <= version <= api.max_version:
+            started.set()
             if api_key != API_VERSIONS_KEY:
                 raise _Refused(f"API key {api_key} version {version} is not served")
             return _encode(api_versions_response(ErrorCode.UNSUPPORTED_VERSION), 0, correlation_id)
         try:
             request = api.request.decode(frame, version=version, header=True)
         except Exception as exc:  # noqa: BLE001 - any decoding failure: a malformed frame
+            started.set()
             raise _Refused(f"a malformed request (key {api_key} v{version}): {exc}") from None
         assert self.broker is not None
-        response = await self.broker.handle(api_key, request, version)
+        response = await self.broker.handle(api_key, request, version, started)
         if response is None:
             return None
         return _encode(response, version, correlation_id)

@@ -87,3 +87,57 @@ async def test_corrupt_records_are_refused_and_nothing_is_stored(kafka: Kafka) -
     assert await _produce(wire, "missing", _batch(-1, -1, -1, [b"a"])) == (3, -1)
     assert kafka.engine.offsets("t").high_watermark == 0
     await wire.close()
+
+
+async def test_pipelined_produce_requests_keep_their_order_and_share_flushes(
+    kafka: Kafka,
+) -> None:
+    """Ten requests sent back to back on one connection (as librdkafka's in-flight
+    requests): each starts once the previous one's records have offsets, so the sequence
+    numbers never see a gap, they share flushes, and the answers come back in order."""
+    await kafka.engine.create_topic("t")
+    wire = await KafkaWire.open(kafka.listener.port)
+    init = await wire.call(
+        InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1),
+        InitProducerIdResponse,
+        1,
+    )
+    pid, epoch = init.producer_id, init.producer_epoch
+    frames = []
+    for i in range(10):
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name="t",
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=0, records=_batch(pid, epoch, 2 * i, [b"x", b"y"])
+                        )
+                    ],
+                )
+            ],
+        )
+        request.API_VERSION = 8
+        request.with_header(correlation_id=100 + i, client_id="pipelined")
+        frames.append(bytes(request.encode(header=True, framed=True)))
+    flushes = _flushes(kafka)
+    await wire.send_raw(b"".join(frames))
+    answers = []
+    for _ in range(10):
+        frame = await wire.read_frame()
+        answer = ProduceResponse.decode(frame[4:], version=8)
+        part = answer.responses[0].partition_responses[0]
+        answers.append((int.from_bytes(frame[:4], "big"), part.error_code, part.base_offset))
+    assert answers == [(100 + i, 0, 2 * i) for i in range(10)]
+    assert kafka.engine.offsets("t").high_watermark == 20
+    # one request at a time would flush ten times: pipelined ones share flushes
+    assert _flushes(kafka) - flushes < 10
+    await wire.close()
+
+
+def _flushes(kafka: Kafka) -> float:
+    [metric] = kafka.engine.metrics.flush_duration.collect()
+    return next(s.value for s in metric.samples if s.name.endswith("_count"))
