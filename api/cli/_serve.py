@@ -122,7 +122,15 @@ class _ServedApp:
         from txnstream.api.kafka import KafkaListener
 
         (host, port), advertise = self.kafka
-        listener = KafkaListener(engine, host, port, advertise=advertise)
+        auth = None if self.access is None else self.access.auth
+        listener = KafkaListener(
+            engine,
+            host,
+            port,
+            advertise=advertise,
+            # SASL/PLAIN: the user is the principal's name, the password its token
+            authenticate=None if auth is None else (lambda _user, token: auth.identify(token)),
+        )
         try:
             await listener.start()
         except OSError as exc:
@@ -348,7 +356,7 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc), 2)
-    kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure)
+    kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure or auth is not None)
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
@@ -394,10 +402,10 @@ def serve(
 
 
 def _kafka_addresses(
-    listen: str | None, advertise: str | None, insecure: bool
+    listen: str | None, advertise: str | None, allowed_anywhere: bool
 ) -> KafkaAddresses | None:
-    """The checked ``--kafka-listen``/``--kafka-advertise`` pair (exits 2 when bad). The
-    listener has no authentication yet: a non-loopback bind needs ``--insecure``."""
+    """The checked ``--kafka-listen``/``--kafka-advertise`` pair (exits 2 when bad). As
+    for HTTP, a non-loopback bind needs ``--auth`` (then SASL/PLAIN) or ``--insecure``."""
     from txnstream.api.http import is_loopback
     from txnstream.api.kafka import parse_address
 
@@ -410,10 +418,10 @@ def _kafka_addresses(
         shown = None if advertise is None else parse_address(advertise, "--kafka-advertise")
     except ValueError as exc:
         fail(str(exc), 2)
-    if not insecure and not is_loopback(bind[0]):
+    if not allowed_anywhere and not is_loopback(bind[0]):
         fail(
-            f"refusing to serve Kafka clients on {bind[0]}: the Kafka listener does not"
-            " authenticate yet; bind it to a loopback address, or pass --insecure",
+            f"refusing to serve Kafka clients on {bind[0]} without authentication: pass"
+            " --auth FILE (clients then use SASL/PLAIN), or --insecure",
             2,
         )
     return bind, shown

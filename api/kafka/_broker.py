@@ -12,11 +12,12 @@ traceback on the wire.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -58,12 +59,19 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from txnstream.api import (
     Engine,
     EngineError,
     FetchResult,
     OutgoingMessage,
+    Principal,
     TopicOffsets,
     TxnId,
     validate_name,
@@ -84,6 +92,45 @@ _FETCH_ENTRIES = 5000  # the most entries one partition's fetch reads in one ste
 _MAX_WAIT_MS = 30_000  # a longer long poll is cut here (clients ask for ~0.1-1 s)
 
 Handler = Callable[[Any, int], Awaitable[Any]]
+_PLAIN = "PLAIN"
+
+
+class Identity(Protocol):
+    """Who authenticated on a connection (the HTTP server's principals fit this)."""
+
+    @property
+    def principal(self) -> Principal: ...
+
+    def may(self, actions: Iterable[str], topic: str) -> bool:
+        """True if it may do any of ``actions`` on ``topic``."""
+        ...
+
+    def sees(self, topic: str) -> bool:
+        """True if it has any grant on ``topic``."""
+        ...
+
+
+Authenticate = Callable[[str, str], Identity | None]
+"""``(user, password)`` -> the principal (None: refused), for SASL/PLAIN."""
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's authentication: who it is, and whether it failed (then the
+    connection closes once that answer is written)."""
+
+    identity: Identity | None = None
+    failed: bool = False
+
+
+SESSION: contextvars.ContextVar[Session] = contextvars.ContextVar("kafka_session")
+"""The connection's :class:`Session` (set by the connection's reader; its request tasks
+inherit it)."""
+
+PRE_AUTH_KEYS = frozenset(
+    {ApiVersionsRequest.API_KEY, SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY}
+)
+"""What a connection may send before it authenticated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +164,9 @@ APIS: dict[int, Api] = {
         Api(LeaveGroupRequest, LeaveGroupResponse, 0, 3),
         Api(OffsetCommitRequest, OffsetCommitResponse, 2, 7),
         Api(OffsetFetchRequest, OffsetFetchResponse, 1, 5),
+        # v1 only: v0 would exchange raw SASL tokens outside Kafka's framing
+        Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+        Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
     )
 }
 API_VERSIONS_KEY: int = ApiVersionsRequest.API_KEY
@@ -136,8 +186,17 @@ def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
 class Broker:
     """Answers decoded requests over ``engine`` (one per listener)."""
 
-    def __init__(self, engine: Engine, host: str, port: int, drain: asyncio.Event) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        port: int,
+        drain: asyncio.Event,
+        authenticate: Authenticate | None = None,
+    ) -> None:
         self.engine = engine
+        self.authenticate = authenticate
+        """SASL/PLAIN is required when set; the grants then apply as over HTTP."""
         self.host = host
         self.port = port
         self._drain = drain  # set at shutdown: long polls answer at once
@@ -160,6 +219,8 @@ class Broker:
             LeaveGroupRequest.API_KEY: self.leave_group,
             OffsetCommitRequest.API_KEY: self.offset_commit,
             OffsetFetchRequest.API_KEY: self.offset_fetch,
+            SaslHandshakeRequest.API_KEY: self.sasl_handshake,
+            SaslAuthenticateRequest.API_KEY: self.sasl_authenticate,
         }
 
     async def handle(
@@ -176,13 +237,66 @@ class Broker:
         finally:
             assigned.set()
 
+    # -- authentication and grants --------------------------------------------------
+
+    async def sasl_handshake(self, request: Any, version: int) -> Any:
+        if self.authenticate is None or request.mechanism != _PLAIN:
+            SESSION.get().failed = True
+            return SaslHandshakeResponse(
+                error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                mechanisms=[] if self.authenticate is None else [_PLAIN],
+            )
+        return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=[_PLAIN])
+
+    async def sasl_authenticate(self, request: Any, version: int) -> Any:
+        """PLAIN (RFC 4616): ``authzid NUL user NUL password``; the user is the
+        principal's name and the password its token."""
+        session = SESSION.get()
+        identity = None
+        parts = bytes(request.auth_bytes or b"").split(b"\0")
+        if self.authenticate is not None and len(parts) == 3:
+            try:
+                authzid, user, password = (part.decode() for part in parts)
+            except UnicodeDecodeError:
+                authzid = user = password = ""
+            if authzid in ("", user) and user and password:
+                found = await asyncio.to_thread(self.authenticate, user, password)
+                if found is not None and found.principal.name == user:
+                    identity = found
+        if identity is None:
+            session.failed = True
+            log.info("Kafka SASL/PLAIN authentication failed")
+            return SaslAuthenticateResponse(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                error_message="authentication failed: unknown user or wrong token",
+                auth_bytes=b"",
+                session_lifetime_ms=0,
+            )
+        session.identity = identity
+        return SaslAuthenticateResponse(
+            error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+        )
+
+    @staticmethod
+    def _may(action: str, topic: str) -> bool:
+        """Whether the connection's principal may ``action`` on ``topic`` (always,
+        without authentication)."""
+        identity = SESSION.get(Session()).identity
+        return identity is None or identity.may((action,), topic)
+
+    @staticmethod
+    def _principal() -> Principal | None:
+        identity = SESSION.get(Session()).identity
+        return None if identity is None else identity.principal
+
     # -- cluster ------------------------------------------------------------------
 
     async def api_versions(self, request: Any, version: int) -> Any:
         return api_versions_response()
 
     async def metadata(self, request: Any, version: int) -> Any:
-        names = await self.engine.list_topics()
+        identity = SESSION.get(Session()).identity
+        names = [n for n in await self.engine.list_topics() if identity is None or identity.sees(n)]
         known = set(names)
         asked = (
             names
@@ -202,6 +316,8 @@ class Broker:
                     offline_replicas=[],
                 )
                 error, partitions = ErrorCode.NONE, [partition]
+            elif identity is not None and not identity.sees(name):
+                error, partitions = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
             else:
                 error, partitions = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []
             topics.append(
@@ -240,7 +356,7 @@ class Broker:
         offsets (the connection's next request may start then), answer once durable."""
         txn_producer = None
         if request.transactional_id is not None:
-            txn_producer = self.producers.get(request.transactional_id)
+            txn_producer = self.producers.get(request.transactional_id, self._principal())
         stored = []
         try:
             for topic in request.topic_data:
@@ -290,6 +406,8 @@ class Broker:
     ) -> tuple[ErrorCode, int, list[asyncio.Future[None]]]:
         """Start storing one partition's batches: (error, base offset of the first
         batch, the futures of their durability)."""
+        if not self._may("produce", topic):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, []
         if partition != 0:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, []
         try:
@@ -335,7 +453,12 @@ class Broker:
                 if sequence > expected:
                     return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, None
             result, done = await self.engine.produce_start(
-                topic, messages, txn=txn, producer=producer, sequence=sequence
+                topic,
+                messages,
+                txn=txn,
+                producer=producer,
+                sequence=sequence,
+                principal=self._principal(),
             )
         except EngineError as exc:
             return code_of(exc), -1, None
@@ -360,7 +483,9 @@ class Broker:
                 except EngineError as exc:
                     error = code_of(exc)
                 else:
-                    if part.partition_index != 0:
+                    if not self._may("consume", topic.name):
+                        error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    elif part.partition_index != 0:
                         error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     elif part.timestamp == _EARLIEST:
                         offset = offsets.log_start
@@ -442,6 +567,8 @@ class Broker:
         aborted: list[Any] = []
         offsets = TopicOffsets(-1, -1, -1)
         try:
+            if not self._may("consume", topic):
+                raise _PartitionError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if partition != 0:
                 raise _PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             offsets = self._offsets(topic)
@@ -482,7 +609,12 @@ class Broker:
         )
         if not result.entries:
             return b"", []
-        offsets = [engine.offset_of(topic, entry.position) for entry in result.entries]
+        entries = result.entries
+        first = engine.offset_of(topic, entries[0].position)
+        if engine.offset_of(topic, entries[-1].position) == first + len(entries) - 1:
+            offsets: Sequence[int] = range(first, first + len(entries))  # contiguous, as always
+        else:  # (a range cannot skip an entry; should one ever, map each)
+            offsets = [engine.offset_of(topic, entry.position) for entry in entries]
         records = build_batches(result.entries, offsets)
         aborted_type = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
         aborted = [
@@ -509,7 +641,7 @@ class Broker:
         max_timeout = self.engine.config.max_txn_timeout
         if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
             return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        producer = self.producers.entry(transactional_id)
+        producer = self.producers.entry(transactional_id, self._principal())
         async with producer.lock:
             if producer.txn is not None:  # the previous epoch's open transaction
                 await self._end(producer, commit=False)
@@ -520,7 +652,7 @@ class Broker:
     def _txn_producer(
         self, transactional_id: str, producer_id: int, epoch: int
     ) -> TxnProducer | ErrorCode:
-        producer = self.producers.get(transactional_id)
+        producer = self.producers.get(transactional_id, self._principal())
         if producer is None or producer.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer.epoch != epoch:
@@ -562,10 +694,12 @@ class Broker:
         known = set(await self.engine.list_topics())
         for topic in topics:
             for index in topic.partitions:
-                ok = topic.name in known and index == 0
-                codes[topic.name, index] = (
-                    ErrorCode.NONE if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
+                if not self._may("produce", topic.name):
+                    codes[topic.name, index] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif topic.name not in known or index != 0:
+                    codes[topic.name, index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    codes[topic.name, index] = ErrorCode.NONE
         if any(code is not ErrorCode.NONE for code in codes.values()):
             # all or nothing, as Kafka: the others are not added
             return {
@@ -587,6 +721,7 @@ class Broker:
                 timeout=producer.timeout_ms / 1000,
                 transactional_id=producer.transactional_id,
                 label=f"kafka:{producer.transactional_id}",
+                principal=producer.principal,
             )
         except EngineError as exc:
             return code_of(exc)
@@ -748,6 +883,8 @@ class Broker:
         """Commit ``group``'s offset of ``topic``: its subscription's cursor."""
         if not _valid_group(group):
             return ErrorCode.INVALID_GROUP_ID
+        if not self._may("consume", topic):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if partition != 0:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         try:
@@ -762,7 +899,11 @@ class Broker:
         group = request.group_id
         if request.topics is None:  # every topic the group committed on
             names = await self.engine.list_topics()
-            asked = [(n, [0]) for n in names if self._committed(group, n) is not None]
+            asked = [
+                (n, [0])
+                for n in names
+                if self._may("consume", n) and self._committed(group, n) is not None
+            ]
         else:
             asked = [(t.name, list(t.partition_indexes)) for t in request.topics]
         topics = []
@@ -772,6 +913,8 @@ class Broker:
                 error, offset = ErrorCode.NONE, -1
                 if not _valid_group(group):
                     error = ErrorCode.INVALID_GROUP_ID
+                elif not self._may("consume", name):
+                    error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 elif index != 0:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:

@@ -21,7 +21,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field
 
-from txnstream.api import Transaction
+from txnstream.api import Principal, Transaction
 
 _ID_BITS = 62
 _MAX_EPOCH = 32767
@@ -40,6 +40,8 @@ class TxnProducer:
     producer_id: int
     epoch: int
     timeout_ms: int
+    principal: Principal | None = None
+    """Who it belongs to (with SASL): the engine scopes its transactional id to it."""
     txn: Transaction | None = None
     topics: set[str] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -49,7 +51,7 @@ class Producers:
     """The listener's producer registry (one per listener)."""
 
     def __init__(self) -> None:
-        self._txn: dict[str, TxnProducer] = {}
+        self._txn: dict[tuple[str | None, str], TxnProducer] = {}  # by (owner, id)
 
     @staticmethod
     def new_id() -> int:
@@ -57,23 +59,31 @@ class Producers:
         return secrets.randbits(_ID_BITS)
 
     @staticmethod
-    def transactional_producer_id(transactional_id: str) -> int:
+    def transactional_producer_id(transactional_id: str, owner: str | None = None) -> int:
         """A transactional id's producer id: the same on every InitProducerId."""
-        digest = hashlib.blake2b(transactional_id.encode(), digest_size=8).digest()
+        key = transactional_id if owner is None else f"{owner}\0{transactional_id}"
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return int.from_bytes(digest) >> (64 - _ID_BITS)
 
-    def entry(self, transactional_id: str) -> TxnProducer:
-        """The transactional id's producer (epoch -1 until its first InitProducerId)."""
-        producer = self._txn.get(transactional_id)
+    def entry(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer:
+        """The transactional id's producer (epoch -1 until its first InitProducerId);
+        each principal has its own transactional ids, as over HTTP."""
+        owner = None if principal is None else principal.name
+        producer = self._txn.get((owner, transactional_id))
         if producer is None:
-            producer = self._txn[transactional_id] = TxnProducer(
-                transactional_id, self.transactional_producer_id(transactional_id), -1, 0
+            producer = self._txn[owner, transactional_id] = TxnProducer(
+                transactional_id,
+                self.transactional_producer_id(transactional_id, owner),
+                -1,
+                0,
+                principal,
             )
         return producer
 
-    def get(self, transactional_id: str) -> TxnProducer | None:
+    def get(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer | None:
         """The transactional id's producer, if one initialised it since start."""
-        producer = self._txn.get(transactional_id)
+        owner = None if principal is None else principal.name
+        producer = self._txn.get((owner, transactional_id))
         return None if producer is None or producer.epoch < 0 else producer
 
 

@@ -21,7 +21,16 @@ from typing import Any
 
 from txnstream.api import Engine
 
-from ._broker import API_VERSIONS_KEY, APIS, Broker, api_versions_response
+from ._broker import (
+    API_VERSIONS_KEY,
+    APIS,
+    PRE_AUTH_KEYS,
+    SESSION,
+    Authenticate,
+    Broker,
+    Session,
+    api_versions_response,
+)
 from ._codes import ErrorCode
 
 log = logging.getLogger("txnstream.kafka")
@@ -54,7 +63,9 @@ class KafkaListener:
     """Serves the Kafka protocol on ``host:port`` over ``engine``.
 
     ``advertise`` is the ``(host, port)`` Metadata and FindCoordinator return (default:
-    the bound address). Start with :meth:`start`, stop with :meth:`stop`.
+    the bound address). With ``authenticate`` (``(user, password)`` -> a principal or
+    None), a connection must authenticate with SASL/PLAIN first and the principal's
+    grants apply. Start with :meth:`start`, stop with :meth:`stop`.
     """
 
     def __init__(
@@ -65,8 +76,10 @@ class KafkaListener:
         *,
         advertise: tuple[str, int] | None = None,
         max_frame_bytes: int | None = None,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self.engine = engine
+        self._authenticate = authenticate
         self.host = host
         self.port = port
         self._advertise = advertise
@@ -84,7 +97,7 @@ class KafkaListener:
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
         host, port = self._advertise or (self.host, self.port)
-        self.broker = Broker(self.engine, host, port, self._drain)
+        self.broker = Broker(self.engine, host, port, self._drain, self._authenticate)
         self._upkeep = asyncio.create_task(self.broker.groups.run(), name="kafka-groups")
         log.info("Kafka listener on %s:%d (advertised as %s:%d)", self.host, self.port, host, port)
 
@@ -170,7 +183,9 @@ class KafkaListener:
 
         Cancelling it (stop()) stops reading; the requests started go on to be answered.
         """
-        while not self._drain.is_set():
+        session = Session()
+        SESSION.set(session)  # this task's requests inherit it
+        while not self._drain.is_set() and not session.failed:
             (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
             if not _HEAD.size <= size <= self.max_frame_bytes:
                 raise _Refused(f"a frame of {size} bytes (the limit is {self.max_frame_bytes})")
@@ -206,6 +221,13 @@ class KafkaListener:
         if api is None:
             started.set()
             raise _Refused(f"API key {api_key} is not served")
+        if (
+            self._authenticate is not None
+            and SESSION.get().identity is None
+            and api_key not in PRE_AUTH_KEYS
+        ):
+            started.set()
+            raise _Refused(f"API key {api_key} before SASL authentication")
         if not api.min_version <= version <= api.max_version:
             started.set()
             if api_key != API_VERSIONS_KEY:

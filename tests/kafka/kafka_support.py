@@ -8,6 +8,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.protocol.consumer import FetchRequest
+
 from txnstream.api import Engine
 from txnstream.api.kafka import KafkaListener
 
@@ -66,3 +68,32 @@ class KafkaWire:
     async def close(self) -> None:
         self.writer.close()
         await self.writer.wait_closed()
+
+
+def fetch_request(topic: str, offset: int, *, committed: bool, max_wait_ms: int) -> FetchRequest:
+    """A Fetch v11 request of partition 0 of ``topic`` from ``offset``."""
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=1 if committed else 0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )

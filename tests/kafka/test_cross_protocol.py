@@ -8,40 +8,12 @@ import asyncio
 import time
 
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka_clients import consume
-from kafka_support import Kafka, KafkaWire
+from kafka_support import Kafka, KafkaWire, fetch_request
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _fetch_request(topic: str, offset: int, *, committed: bool, max_wait_ms: int) -> FetchRequest:
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=1 if committed else 0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
 
 
 async def test_values_made_by_the_engine_reach_kafka_as_bytes(kafka: Kafka) -> None:
@@ -110,13 +82,13 @@ async def test_an_open_engine_transaction_holds_back_kafka_read_committed(kafka:
 
     wire = await KafkaWire.open(kafka.listener.port)
     committed = await wire.call(
-        _fetch_request("t", 0, committed=True, max_wait_ms=200), FetchResponse, 11
+        fetch_request("t", 0, committed=True, max_wait_ms=200), FetchResponse, 11
     )
     [part] = committed.responses[0].partitions
     assert (part.high_watermark, part.last_stable_offset) == (2, 0)
     assert not part.records  # nothing past the last stable offset
     uncommitted = await wire.call(
-        _fetch_request("t", 0, committed=False, max_wait_ms=200), FetchResponse, 11
+        fetch_request("t", 0, committed=False, max_wait_ms=200), FetchResponse, 11
     )
     assert uncommitted.responses[0].partitions[0].records  # read_uncommitted sees both
 
@@ -136,7 +108,7 @@ async def test_a_long_poll_wakes_on_new_data_and_does_not_hold_the_loop(kafka: K
     other = await KafkaWire.open(kafka.listener.port)
     started = time.monotonic()
     fetch = asyncio.create_task(
-        polling.call(_fetch_request("t", 0, committed=True, max_wait_ms=10_000), FetchResponse, 11)
+        polling.call(fetch_request("t", 0, committed=True, max_wait_ms=10_000), FetchResponse, 11)
     )
     # another connection is answered while the long poll waits
     answer = await other.call(ApiVersionsRequest(), ApiVersionsResponse, 2)

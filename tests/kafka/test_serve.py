@@ -93,7 +93,7 @@ def test_serve_runs_the_listener_beside_http_and_sigterm_ends_both(tmp_path: Pat
     [
         (["--kafka-listen", "nonsense"], "--kafka-listen must be HOST:PORT"),
         (["--kafka-advertise", "h:1"], "--kafka-advertise needs --kafka-listen"),
-        (["--kafka-listen", "0.0.0.0:9092"], "does not authenticate yet"),
+        (["--kafka-listen", "0.0.0.0:9092"], "without authentication"),
     ],
 )
 def test_bad_kafka_flags_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
