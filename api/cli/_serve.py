@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,10 +59,12 @@ class _ServedApp:
         access: AccessPolicy | None = None,
         url: str = "",
         kafka: KafkaAddresses | None = None,
+        kafka_tls: ssl.SSLContext | None = None,
     ) -> None:
         from txnstream.api.http import Drain
 
         self.kafka = kafka
+        self.kafka_tls = kafka_tls
         self._kafka: KafkaListener | None = None
         self.data = data
         self.config = config
@@ -130,6 +133,7 @@ class _ServedApp:
             advertise=advertise,
             # SASL/PLAIN: the user is the principal's name, the password its token
             authenticate=None if auth is None else (lambda _user, token: auth.identify(token)),
+            tls=self.kafka_tls,
         )
         try:
             await listener.start()
@@ -232,7 +236,14 @@ def make_server(
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
     url = f"{scheme}://{shown_host}:{port}"
-    served = _ServedApp(data, EngineConfig(**settings), access, url, kafka)
+    kafka_tls = None
+    if kafka is not None and tls_cert is not None and tls_key is not None:
+        kafka_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # the same pair
+        try:
+            kafka_tls.load_cert_chain(tls_cert, tls_key)
+        except OSError as exc:  # ssl.SSLError included
+            raise ValueError(f"--tls-cert/--tls-key cannot be loaded: {exc}") from None
+    served = _ServedApp(data, EngineConfig(**settings), access, url, kafka, kafka_tls)
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

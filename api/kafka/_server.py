@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from typing import Any
 
@@ -65,7 +66,8 @@ class KafkaListener:
     ``advertise`` is the ``(host, port)`` Metadata and FindCoordinator return (default:
     the bound address). With ``authenticate`` (``(user, password)`` -> a principal or
     None), a connection must authenticate with SASL/PLAIN first and the principal's
-    grants apply. Start with :meth:`start`, stop with :meth:`stop`.
+    grants apply; with ``tls`` (a server context) connections are TLS (SASL_SSL, or SSL
+    without ``authenticate``). Start with :meth:`start`, stop with :meth:`stop`.
     """
 
     def __init__(
@@ -77,9 +79,11 @@ class KafkaListener:
         advertise: tuple[str, int] | None = None,
         max_frame_bytes: int | None = None,
         authenticate: Authenticate | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.engine = engine
         self._authenticate = authenticate
+        self._tls = tls
         self.host = host
         self.port = port
         self._advertise = advertise
@@ -93,13 +97,22 @@ class KafkaListener:
 
     async def start(self) -> None:
         """Bind and start accepting (port 0: a free port, then in :attr:`port`)."""
-        server = await asyncio.start_server(self._serve, self.host, self.port)
+        server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self._tls)
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
         host, port = self._advertise or (self.host, self.port)
         self.broker = Broker(self.engine, host, port, self._drain, self._authenticate)
         self._upkeep = asyncio.create_task(self.broker.groups.run(), name="kafka-groups")
-        log.info("Kafka listener on %s:%d (advertised as %s:%d)", self.host, self.port, host, port)
+        log.info(
+            "Kafka listener on %s:%d (advertised as %s:%d; %s)",
+            self.host,
+            self.port,
+            host,
+            port,
+            ("SASL_SSL" if self._tls else "SASL_PLAINTEXT")
+            if self._authenticate
+            else ("SSL" if self._tls else "PLAINTEXT"),
+        )
 
     async def stop(self) -> None:
         """Stop accepting, finish the requests in flight, close every connection."""

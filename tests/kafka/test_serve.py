@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kafka_clients import TIMEOUT
-from support import free_port, wait_for
+from support import free_port, self_signed_cert, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,3 +109,65 @@ def test_bad_kafka_flags_exit_2(tmp_path: Path, args: list[str], message: str) -
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+def test_with_auth_and_tls_clients_use_sasl_ssl(tmp_path: Path) -> None:
+    """``--auth`` and ``--tls-cert``/``--tls-key``: the listener takes SASL_SSL only."""
+    import json
+
+    from confluent_kafka import Producer
+    from test_sasl import PRINCIPALS
+
+    cert, key = self_signed_cert(tmp_path)
+    trust = ssl.create_default_context(cafile=str(cert))
+    principals = tmp_path / "principals.json"
+    principals.write_text(json.dumps(PRINCIPALS))
+    http_port, kafka_port = free_port(), free_port()
+    log = tmp_path / "serve.log"
+    args = ["--port", str(http_port), "--kafka-listen", f"127.0.0.1:{kafka_port}"]
+    args += ["--auth", str(principals), "--tls-cert", str(cert), "--tls-key", str(key)]
+    proc = _serve(tmp_path / "data", log, *args)
+    url = f"https://127.0.0.1:{http_port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/v1/health", verify=trust, timeout=1.0).is_success
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(lambda: proc.poll() is not None or up(), 30, "the server")
+        created = httpx.put(
+            f"{url}/v1/topics/orders",
+            verify=trust,
+            headers={"Authorization": "Bearer ops-token"},
+            timeout=10,
+        )
+        assert created.status_code in (200, 201), created.text
+        delivered: list[object] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{kafka_port}",
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(cert),
+                "sasl.mechanisms": "PLAIN",
+                "sasl.username": "billing",
+                "sasl.password": "billing-token",
+            }
+        )
+        producer.produce("orders", value=b"over TLS", on_delivery=lambda e, m: delivered.append(e))
+        assert producer.flush(TIMEOUT) == 0
+        assert delivered == [None]
+        stats = httpx.get(
+            f"{url}/v1/topics/orders/stats",
+            verify=trust,
+            headers={"Authorization": "Bearer ops-token"},
+            timeout=10,
+        ).json()
+        assert stats["entries"] == 1
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=40)
+    assert code in (0, -signal.SIGTERM), log.read_text()
+    assert "SASL_SSL" in log.read_text()
