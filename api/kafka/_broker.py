@@ -19,6 +19,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -168,6 +174,8 @@ APIS: dict[int, Api] = {
         Api(LeaveGroupRequest, LeaveGroupResponse, 0, 3),
         Api(OffsetCommitRequest, OffsetCommitResponse, 2, 7),
         Api(OffsetFetchRequest, OffsetFetchResponse, 1, 5),
+        Api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
+        Api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         # v1 only: v0 would exchange raw SASL tokens outside Kafka's framing
         Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
         Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
@@ -225,6 +233,8 @@ class Broker:
             OffsetFetchRequest.API_KEY: self.offset_fetch,
             SaslHandshakeRequest.API_KEY: self.sasl_handshake,
             SaslAuthenticateRequest.API_KEY: self.sasl_authenticate,
+            CreateTopicsRequest.API_KEY: self.create_topics,
+            DeleteTopicsRequest.API_KEY: self.delete_topics,
         }
 
     async def handle(
@@ -342,6 +352,54 @@ class Broker:
             controller_id=NODE_ID,
             topics=topics,
         )
+
+    async def create_topics(self, request: Any, version: int) -> Any:
+        """One-partition topics (``num_partitions`` and ``replication_factor`` 1 or -1,
+        the default); topic configs are not supported. Needs ``manage`` on the topic."""
+        results = []
+        for topic in request.topics:
+            error, message = ErrorCode.NONE, None
+            if not self._may("manage", topic.name):
+                error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic.num_partitions not in (-1, 1) or topic.assignments:
+                error = ErrorCode.INVALID_PARTITIONS
+                message = "a topic has one partition (partitioned topics are not served yet)"
+            elif topic.replication_factor not in (-1, 1):
+                error = ErrorCode.INVALID_REPLICATION_FACTOR
+                message = "one broker: the replication factor is 1"
+            elif topic.configs:
+                error = ErrorCode.INVALID_CONFIG
+                message = "topic configs are not supported (use the HTTP API's policies)"
+            else:
+                try:
+                    validate_name(topic.name)
+                    if not request.validate_only and not await self.engine.create_topic(topic.name):
+                        error = ErrorCode.TOPIC_ALREADY_EXISTS
+                except EngineError as exc:
+                    error, message = code_of(exc), str(exc)
+                    if error is ErrorCode.INVALID_REQUEST:
+                        error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            results.append(
+                CreateTopicsResponse.CreatableTopicResult(
+                    name=topic.name, error_code=error, error_message=message
+                )
+            )
+        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    async def delete_topics(self, request: Any, version: int) -> Any:
+        """Delete topics (``manage``), their subscriptions (groups' offsets) with them."""
+        results = []
+        for name in request.topic_names:
+            error = ErrorCode.NONE
+            if not self._may("manage", name):
+                error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    await self.engine.delete_topic(name)
+                except EngineError as exc:
+                    error = code_of(exc)
+            results.append(DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=error))
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
     async def find_coordinator(self, request: Any, version: int) -> Any:
         return FindCoordinatorResponse(
