@@ -22,17 +22,9 @@ from typing import Any
 
 from txnstream.api import Engine
 
-from ._broker import (
-    API_VERSIONS_KEY,
-    APIS,
-    PRE_AUTH_KEYS,
-    SESSION,
-    Authenticate,
-    Broker,
-    Session,
-    api_versions_response,
-)
+from ._broker import API_VERSIONS_KEY, APIS, PRE_AUTH_KEYS, Broker, api_versions_response
 from ._codes import ErrorCode
+from ._session import SESSION, Authenticate, Session
 
 log = logging.getLogger("txnstream.kafka")
 
