@@ -44,12 +44,9 @@ class FetchApi(BrokerBase):
         for topic in request.topics:
             partitions = []
             for part in topic.partitions:
-                error, offset = ErrorCode.NONE, -1
+                error, offset, timestamp = ErrorCode.NONE, -1, -1
                 try:
                     offsets = self._offsets(topic.name)
-                except EngineError as exc:
-                    error = code_of(exc)
-                else:
                     if not may("consume", topic.name):
                         error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     elif part.partition_index != 0:
@@ -58,13 +55,20 @@ class FetchApi(BrokerBase):
                         offset = offsets.log_start
                     elif part.timestamp == _LATEST:
                         offset = offsets.last_stable if committed else offsets.high_watermark
-                    else:  # no time index: "no offset at or after that time"
-                        offset = -1
+                    elif part.timestamp >= 0:
+                        end = offsets.last_stable if committed else offsets.high_watermark
+                        offset, timestamp = await self._offset_at_time(
+                            topic.name, part.timestamp, offsets.log_start, end
+                        )
+                    else:
+                        error = ErrorCode.INVALID_REQUEST  # (max timestamp, -3, is not served)
+                except EngineError as exc:
+                    error = code_of(exc)
                 partitions.append(
                     ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                         partition_index=part.partition_index,
                         error_code=error,
-                        timestamp=-1,
+                        timestamp=timestamp,
                         offset=offset,
                         leader_epoch=0,
                     )
@@ -73,6 +77,38 @@ class FetchApi(BrokerBase):
                 ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
             )
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    async def _offset_at_time(
+        self, topic: str, timestamp: int, start: int, end: int
+    ) -> tuple[int, int]:
+        """The first offset in ``[start, end)`` whose entry was stored at or after
+        ``timestamp`` (ms) and that entry's time; ``(-1, -1)`` if none.
+
+        A binary search reading one entry per step (~log2 of the log's length reads):
+        entries get their time when stored, so the times rise with the offsets (a clock
+        stepping back makes the answer one of the entries at that time, not the first).
+        """
+        low, high = start, end
+        found = (-1, -1)
+        while low < high:
+            middle = (low + high) // 2
+            stored = await self._time_at(topic, middle)
+            if stored is None:
+                break  # retention took it meanwhile: what was found stands
+            if stored >= timestamp:
+                found, high = (middle, stored), middle
+            else:
+                low = middle + 1
+        return found
+
+    async def _time_at(self, topic: str, offset: int) -> int | None:
+        position = self.engine.position_at(topic, offset)
+        if position is None:
+            return None
+        result = await self.engine.fetch(topic, position, max=1, isolation="read_uncommitted")
+        if not result.entries or result.entries[0].position != position:
+            return None
+        return int(result.entries[0].publish_time.timestamp() * 1000)
 
     async def fetch(self, request: Any, version: int) -> Any:
         committed = request.isolation_level == _READ_COMMITTED

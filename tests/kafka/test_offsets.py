@@ -115,3 +115,52 @@ async def test_offsets_survive_offload(tmp_path: Path) -> None:
     async with Engine.open(tmp_path / "data", config) as engine:
         assert await _all_offsets(engine, "t") == before
         assert engine.position_at("t", 4) == Position(1, 1)
+
+
+async def test_list_offsets_by_time_finds_the_first_entry_stored_at_or_after_it(
+    tmp_path: Path,
+) -> None:
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+    from kafka_support import KafkaWire
+
+    from txnstream.api.kafka import KafkaListener
+
+    async with Engine.open(tmp_path / "data", SMALL) as engine:
+        await engine.create_topic("t")
+        for i in range(7):  # across ledgers of 3
+            await engine.send("t", f"m{i}")
+        entries = (await engine.fetch("t", "earliest")).entries
+        times = [int(e.publish_time.timestamp() * 1000) for e in entries]
+        listener = KafkaListener(engine, "127.0.0.1", 0)
+        await listener.start()
+        wire = await KafkaWire.open(listener.port)
+        try:
+
+            async def at(timestamp: int) -> tuple[int, int]:
+                request = ListOffsetsRequest(
+                    replica_id=-1,
+                    isolation_level=1,
+                    topics=[
+                        ListOffsetsRequest.ListOffsetsTopic(
+                            name="t",
+                            partitions=[
+                                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                    partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                                )
+                            ],
+                        )
+                    ],
+                )
+                answer = await wire.call(request, ListOffsetsResponse, 5)
+                part = answer.topics[0].partitions[0]
+                assert part.error_code == 0
+                return int(part.offset), int(part.timestamp)
+
+            assert await at(0) == (0, times[0])
+            for wanted in sorted(set(times)):
+                first = next(i for i, t in enumerate(times) if t >= wanted)
+                assert await at(wanted) == (first, times[first])
+            assert await at(times[-1] + 1) == (-1, -1)  # nothing stored that late
+        finally:
+            await wire.close()
+            await listener.stop()
