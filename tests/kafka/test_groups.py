@@ -20,7 +20,7 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kafka_clients import TIMEOUT, consume
+from kafka_clients import CLIENTS, TIMEOUT, consume, transform_exactly_once
 from kafka_support import Kafka, KafkaWire
 
 from txnstream.api import Engine
@@ -175,59 +175,21 @@ async def test_a_silent_member_is_expired_and_the_group_rebalances(kafka: Kafka)
     await other.close()
 
 
-async def test_consume_transform_produce_is_exactly_once_across_a_crash(kafka: Kafka) -> None:
-    """Each input is transformed into exactly one output, committed with its offset, though
-    the first worker dies mid-transaction (its output and offsets aborted by fencing)."""
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_consume_transform_produce_is_exactly_once_across_a_crash(
+    kafka: Kafka, client: str
+) -> None:
+    """Each input is transformed into exactly one output, committed with its offset
+    (send_offsets_to_transaction), though the first worker dies mid-transaction: its
+    successor fences it (its output and offsets never commit) and takes over."""
     engine = kafka.engine
     for topic in ("in", "out"):
         await engine.create_topic(topic)
     inputs = [f"n{i}".encode() for i in range(12)]
     await engine.send_many("in", inputs)
-
-    def worker(batches: int | None) -> None:
-        """Process batches of 3 transactionally; with ``batches``, die after that many
-        committed batches with one more transaction produced but not committed."""
-        from confluent_kafka import Producer, TopicPartition
-
-        consumer = _group_consumer(kafka.bootstrap, "eos")
-        producer = Producer(
-            {"bootstrap.servers": kafka.bootstrap, "transactional.id": "eos-worker", "linger.ms": 1}
-        )
-        producer.init_transactions(TIMEOUT)
-        consumer.subscribe(["in"])
-        done = 0
-        try:
-            while True:
-                values: list[bytes] = []
-                last = None
-                deadline = time.monotonic() + 3
-                while len(values) < 3 and time.monotonic() < deadline:
-                    message = consumer.poll(0.2)
-                    if message is not None and message.error() is None:
-                        values.append(message.value())
-                        last = message.offset()
-                if not values:
-                    return  # drained
-                producer.begin_transaction()
-                for value in values:
-                    producer.produce("out", value=value.upper())
-                producer.send_offsets_to_transaction(
-                    [TopicPartition("in", 0, last + 1)],
-                    consumer.consumer_group_metadata(),
-                    TIMEOUT,
-                )
-                if batches is not None and done == batches:
-                    assert producer.flush(TIMEOUT) == 0
-                    return  # "killed": the transaction stays open, never committed
-                producer.commit_transaction(TIMEOUT)
-                done += 1
-        finally:
-            consumer.close()
-
-    await asyncio.to_thread(worker, 2)
-    [open_txn] = await engine.transactions(state="open")  # the dead worker's transaction
-    await asyncio.to_thread(worker, None)  # the restart fences it and takes over
-    assert (await engine.get_transaction(open_txn.txn)).state == "aborted"
+    await transform_exactly_once(client, kafka.bootstrap, "in", "out", die_after=2)
+    await transform_exactly_once(client, kafka.bootstrap, "in", "out", die_after=None)
     out = await consume("confluent-kafka", kafka.bootstrap, "out", "read_committed", b"N11")
     assert out == [v.upper() for v in inputs]
     assert engine.committed_offset("in", "eos") == 12
+    assert not await engine.transactions(state="open")
