@@ -49,6 +49,7 @@ from ._core import EngineState, Health, Principal, ProduceResult
 from ._engine import Engine
 from ._grants import OPERATIONS, PERMISSIONS, Grant
 from ._handles import SubscriptionHandle, Transaction
+from ._offsets import TopicOffsets
 from ._replay_check import TopicReplay, replay_check
 from ._stats import RecoverySummary, TopicStats
 
@@ -97,6 +98,7 @@ __all__ = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicOffsets",
     "TopicReplay",
     "TopicStats",
     "Transaction",

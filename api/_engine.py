@@ -55,6 +55,7 @@ from ._core import (
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._offload import Offloading
+from ._offsets import Offsets
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
 from ._stats import summarize_recovery
@@ -64,7 +65,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Consuming, Offloading):
+class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``

@@ -145,6 +145,22 @@ class Producing(EngineCore):
         """
         return await self._produce(topic, messages, False, txn, producer, sequence, principal)
 
+    async def produce_start(
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        *,
+        txn: TxnId | str | None = None,
+        producer: str | None = None,
+        sequence: int | None = None,
+        principal: PrincipalArg = None,
+    ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
+        """:meth:`produce` in two steps, for a front door that pipelines a connection's
+        requests: returns once the messages have their positions (taken in call order),
+        with a future done once they are durable (None for a duplicate: nothing was
+        written). Await the future before acknowledging; its error is the flush's."""
+        return await self._produce_start(topic, messages, False, txn, producer, sequence, principal)
+
     async def produce_values(
         self,
         topic: str,
@@ -169,6 +185,23 @@ class Producing(EngineCore):
         sequence: int | None,
         principal: PrincipalArg,
     ) -> ProduceResult:
+        result, done = await self._produce_start(
+            topic, items, values, txn, producer, sequence, principal
+        )
+        if done is not None:
+            await done
+        return result
+
+    async def _produce_start(
+        self,
+        topic: str,
+        items: Sequence[Any],
+        values: bool,
+        txn: TxnId | str | None,
+        producer: str | None,
+        sequence: int | None,
+        principal: PrincipalArg,
+    ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
         self._topic(topic)
         if (producer is None) != (sequence is None):
             raise InvalidArgumentError("producer and sequence go together")
@@ -185,11 +218,10 @@ class Producing(EngineCore):
                 producer = scoped_name(owner_name(principal), producer)
         result = await self._append(topic, items, txn, producer, sequence, wait=True, values=values)
         if isinstance(result, ProduceResult):
-            return result
+            return result, None
         positions, done = result
         assert done is not None  # wait=True always hands back the batch's future
-        await done
-        return ProduceResult(positions, False)
+        return ProduceResult(positions, False), done
 
     async def send_in_txn(
         self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId

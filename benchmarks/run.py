@@ -55,6 +55,7 @@ GROUP_MODULES = (
     "benchmarks.extra_groups",
     "benchmarks.m_soak",
     "benchmarks.t_tiers",
+    "benchmarks.k_kafka",
 )
 """Modules whose import registers figure groups (later issues append theirs)."""
 

@@ -191,9 +191,10 @@ class WriteBatch:
         """Append log entries, rows as :meth:`insert_entry` takes them."""
         self.add_many(ENTRY, rows)
 
-    def open_ledger(self, topic_id: int, ledger_id: int, created_ms: int) -> None:
-        """Record a new, open ledger of a topic."""
-        self.add(LEDGER_OPEN, (topic_id, ledger_id, created_ms))
+    def open_ledger(self, topic_id: int, ledger_id: int, created_ms: int, base_offset: int) -> None:
+        """Record a new, open ledger of a topic whose first entry takes ``base_offset``
+        (the partition offset Kafka clients see)."""
+        self.add(LEDGER_OPEN, (topic_id, ledger_id, created_ms, base_offset))
 
     def seal_ledger(self, topic_id: int, ledger_id: int, entries: int, size: int) -> None:
         """Record a ledger's final entry count and payload bytes."""

@@ -69,7 +69,7 @@ class ManagedLedger(LedgerReads):
     ) -> ManagedLedger:
         """A new topic's ledger list, with ledger 0 open (rows added to ``batch``)."""
         created = now_ms()
-        batch.open_ledger(topic_id, 0, created)
+        batch.open_ledger(topic_id, 0, created, 0)
         info = LedgerInfo(0, created, 0, 0, False, False)
         return cls(
             store, topic_id, [info], max_entries=max_entries, max_bytes=max_bytes, remote=remote
@@ -89,8 +89,12 @@ class ManagedLedger(LedgerReads):
         rows = await store.ledger_rows(topic_id)
         ledgers: list[LedgerInfo] = []
         batch = WriteBatch()
-        for ledger_id, created_ms, entries, size, has_aborts, location, url, osize, crc in rows:
+        next_offset = 0  # the new ledger's base: past every entry, dropped ledgers included
+        for row in rows:
+            ledger_id, created_ms, entries, size, has_aborts, location, url, osize, crc, base = row
+            next_offset = max(next_offset, base)
             if location == REMOTE:
+                next_offset = max(next_offset, base + entries)
                 ledgers.append(
                     LedgerInfo(
                         ledger_id,
@@ -103,6 +107,7 @@ class ManagedLedger(LedgerReads):
                         url,
                         osize,
                         crc,
+                        base,
                     )
                 )
                 continue
@@ -112,11 +117,16 @@ class ManagedLedger(LedgerReads):
                     batch.drop_ledger(topic_id, ledger_id)
                     continue
                 batch.seal_ledger(topic_id, ledger_id, entries, size)
-            ledgers.append(LedgerInfo(ledger_id, created_ms, entries, size, bool(has_aborts), True))
+            next_offset = max(next_offset, base + entries)
+            ledgers.append(
+                LedgerInfo(
+                    ledger_id, created_ms, entries, size, bool(has_aborts), True, base_offset=base
+                )
+            )
         next_id = max((int(r[0]) for r in rows), default=-1) + 1
         created = now_ms()
-        batch.open_ledger(topic_id, next_id, created)
-        ledgers.append(LedgerInfo(next_id, created, 0, 0, False, False))
+        batch.open_ledger(topic_id, next_id, created, next_offset)
+        ledgers.append(LedgerInfo(next_id, created, 0, 0, False, False, base_offset=next_offset))
         await store.write(batch)
         return cls(
             store, topic_id, ledgers, max_entries=max_entries, max_bytes=max_bytes, remote=remote
@@ -243,8 +253,9 @@ class ManagedLedger(LedgerReads):
         current.sealed = True
         batch.seal_ledger(self.topic_id, current.ledger_id, current.entries, current.bytes)
         created = now_ms()
-        info = LedgerInfo(current.ledger_id + 1, created, 0, 0, False, False)
-        batch.open_ledger(self.topic_id, info.ledger_id, created)
+        base = current.base_offset + current.entries
+        info = LedgerInfo(current.ledger_id + 1, created, 0, 0, False, False, base_offset=base)
+        batch.open_ledger(self.topic_id, info.ledger_id, created, base)
         self._ledgers.append(info)
         self._ids.append(info.ledger_id)
         return info
@@ -341,6 +352,44 @@ class ManagedLedger(LedgerReads):
                 return Position(info.ledger_id, last)
             i -= 1
         return None
+
+    def offset_of(self, position: Position) -> int:
+        """The Kafka offset of ``position``: its ledger's base offset plus its entry id.
+
+        A position in no retained ledger maps to the next ledger's base (where that
+        position's successor would be); past the end, to the log end offset.
+        """
+        i = bisect.bisect_left(self._ids, position.ledger_id)
+        if i < len(self._ids):
+            info = self._ledgers[i]
+            if info.ledger_id == position.ledger_id:
+                return info.base_offset + min(max(position.entry_id, 0), info.entries)
+            return info.base_offset
+        return self.end_offset()
+
+    def position_at(self, offset: int) -> Position | None:
+        """The position holding Kafka offset ``offset`` (None when no retained entry
+        does: before the log start or at or past the end)."""
+        ledgers = self._ledgers
+        # the last ledger based at or below offset (of equal bases, the later: the one
+        # before it is empty)
+        i = bisect.bisect_right(ledgers, offset, key=lambda info: info.base_offset) - 1
+        if i < 0 or offset >= ledgers[i].base_offset + ledgers[i].entries:
+            return None
+        return Position(ledgers[i].ledger_id, offset - ledgers[i].base_offset)
+
+    def start_offset(self) -> int:
+        """Kafka's log start offset: the first retained entry's offset (the end offset
+        when none is retained)."""
+        for info in self._ledgers:
+            if info.entries:
+                return info.base_offset
+        return self.end_offset()
+
+    def end_offset(self) -> int:
+        """The offset the next appended entry takes (assigned entries, durable or not)."""
+        last = self._ledgers[-1]
+        return last.base_offset + last.entries
 
     def count_between(self, after: Position | None, upto: Position | None) -> int:
         """Entries with ``after < position <= upto`` (assigned entries only)."""

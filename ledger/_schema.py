@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -143,6 +143,16 @@ ALTER TABLE ledgers ADD COLUMN url TEXT;
 ALTER TABLE ledgers ADD COLUMN size INTEGER;
 ALTER TABLE ledgers ADD COLUMN checksum TEXT;
 ALTER TABLE topics ADD COLUMN offload BLOB;
+""",
+    # Kafka offsets: the topic-wide offset of each ledger's entry 0 (entries before it in
+    # the ledgers still listed; a ledger left open by a crash holds NULL entries and is
+    # the last, so no base depends on it)
+    5: """
+ALTER TABLE ledgers ADD COLUMN base_offset INTEGER NOT NULL DEFAULT 0;
+UPDATE ledgers SET base_offset = (
+    SELECT coalesce(sum(coalesce(earlier.entries, 0)), 0) FROM ledgers AS earlier
+    WHERE earlier.topic_id = ledgers.topic_id AND earlier.ledger_id < ledgers.ledger_id
+);
 """,
 }
 

@@ -20,7 +20,7 @@ WRITES: dict[str, str] = {
     op.ENTRY: "INSERT INTO entries (topic_id, ledger_id, entry_id, kind, txn, data)"
     " VALUES (?, ?, ?, ?, ?, ?)",
     op.LEDGER_OPEN: "INSERT INTO ledgers (topic_id, ledger_id, created_ms, entries, bytes,"
-    " has_aborts) VALUES (?, ?, ?, NULL, NULL, 0)",
+    " has_aborts, base_offset) VALUES (?, ?, ?, NULL, NULL, 0, ?)",
     op.LEDGER_SEAL: "UPDATE ledgers SET entries = ?, bytes = ?"
     " WHERE topic_id = ? AND ledger_id = ?",
     op.LEDGER_DROP: "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id = ?",
@@ -76,8 +76,8 @@ assert WRITES.keys() == op.OPERATIONS, op.OPERATIONS ^ WRITES.keys()
 # -- reads: the log ----------------------------------------------------------------------
 
 LEDGERS = (
-    "SELECT ledger_id, created_ms, entries, bytes, has_aborts, location, url, size, checksum"
-    " FROM ledgers WHERE topic_id = ? ORDER BY ledger_id"
+    "SELECT ledger_id, created_ms, entries, bytes, has_aborts, location, url, size, checksum,"
+    " base_offset FROM ledgers WHERE topic_id = ? ORDER BY ledger_id"
 )
 LEDGER_TOTALS = (
     "SELECT count(*), coalesce(sum(length(data)), 0) FROM entries"

@@ -43,7 +43,10 @@ class LedgerInfo:
     """One ledger's bookkeeping (entry count and bytes as assigned so far) and tier.
 
     ``location`` is ``"local"`` or ``"remote"``; a remote ledger's entries are the
-    object at ``url`` (``size`` bytes, ``checksum`` ``sha256:<hex>``).
+    object at ``url`` (``size`` bytes, ``checksum`` ``sha256:<hex>``). ``base_offset`` is
+    the topic-wide offset of its entry 0 (Kafka's offsets: every entry takes one, in
+    order, across ledgers; durable in the ledger's row, so restarts, retention and
+    offload keep them).
     """
 
     ledger_id: int
@@ -56,6 +59,7 @@ class LedgerInfo:
     url: str | None = None
     size: int | None = None
     checksum: str | None = None
+    base_offset: int = 0
 
     @property
     def is_remote(self) -> bool:

@@ -29,7 +29,13 @@ ALLOWED = {
     "snapshots": {"ledger", "txn_buffer"},
     "api": {"ledger", "txn_buffer", "dispatcher", "snapshots"},
 }
-ADAPTERS = {"http": set(), "client": set(), "cli": {"http", "client"}, "spark": {"client"}}
+ADAPTERS = {
+    "http": set(),
+    "kafka": set(),
+    "client": set(),
+    "cli": {"http", "kafka", "client"},
+    "spark": {"client"},
+}
 
 # The embedded surface the README and EMBEDDED_API.md document: the engine, its
 # configuration and handles, the value types it returns, and the whole error tree.
@@ -78,6 +84,7 @@ DOCUMENTED_API = [
     "SubscriptionNotFoundError",
     "TooLargeError",
     "TopicNotFoundError",
+    "TopicOffsets",
     "TopicReplay",
     "TopicStats",
     "Transaction",

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import ssl
 import stat
 import tempfile
 import threading
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from txnstream.api.http import AccessPolicy, BodyLimits
+    from txnstream.api.kafka import KafkaListener
+
+KafkaAddresses = tuple[tuple[str, int], tuple[str, int] | None]
+"""The Kafka listener's bind address and the address it advertises (None: the bind)."""
 
 __all__ = ["make_server", "serve"]
 
@@ -51,10 +56,19 @@ class _ServedApp:
     """ASGI app of ``serve``: the engine opens in lifespan startup, closes in shutdown."""
 
     def __init__(
-        self, data: Path, config: EngineConfig, access: AccessPolicy | None = None, url: str = ""
+        self,
+        data: Path,
+        config: EngineConfig,
+        access: AccessPolicy | None = None,
+        url: str = "",
+        kafka: KafkaAddresses | None = None,
+        kafka_tls: ssl.SSLContext | None = None,
     ) -> None:
         from txnstream.api.http import Drain
 
+        self.kafka = kafka
+        self.kafka_tls = kafka_tls
+        self._kafka: KafkaListener | None = None
         self.data = data
         self.config = config
         self.access = access
@@ -96,6 +110,8 @@ class _ServedApp:
                 self._app = create_app(
                     self._engine, drain=self.drain, access=self.access, body_limits=self.body_limits
                 )
+                if not await self._start_kafka(self._engine, send):
+                    return
                 self._watch_sighup(True)
                 banner, fields = startup_banner(self._engine, self.url)
                 log.info("%s", banner, extra=fields)
@@ -104,11 +120,40 @@ class _ServedApp:
                 self._watch_sighup(False)
                 await asyncio.gather(*self._reloads, return_exceptions=True)
                 self.drain.start()
+                if self._kafka is not None:
+                    await self._kafka.stop()  # before the engine: its requests finish first
                 if self._engine is not None:
                     await self._engine.close()
                     log.info("engine closed")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _start_kafka(self, engine: Engine, send: Send) -> bool:
+        """Start the Kafka listener if asked (False: it cannot bind; startup failed)."""
+        if self.kafka is None:
+            return True
+        from txnstream.api.kafka import KafkaListener
+
+        (host, port), advertise = self.kafka
+        auth = None if self.access is None else self.access.auth
+        listener = KafkaListener(
+            engine,
+            host,
+            port,
+            advertise=advertise,
+            # SASL/PLAIN: the user is the principal's name, the password its token
+            authenticate=None if auth is None else (lambda _user, token: auth.identify(token)),
+            tls=self.kafka_tls,
+        )
+        try:
+            await listener.start()
+        except OSError as exc:
+            log.error("cannot listen for Kafka clients on %s:%d: %s", host, port, exc)
+            await engine.close()
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return False
+        self._kafka = listener
+        return True
 
     def _watch_sighup(self, on: bool) -> None:
         """Re-read the auth file on SIGHUP (signals reach only the main thread's loop)."""
@@ -199,6 +244,7 @@ def make_server(
     timeout_keep_alive: int = 30,
     header_timeout: float = 10.0,
     max_inflight_body_bytes: int | None = None,
+    kafka: KafkaAddresses | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
@@ -225,7 +271,15 @@ def make_server(
     if ledger_max_entries is not None:
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
-    served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
+    url = f"{scheme}://{shown_host}:{port}"
+    kafka_tls = None
+    if kafka is not None and tls_cert is not None and tls_key is not None:
+        kafka_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # the same pair
+        try:
+            kafka_tls.load_cert_chain(tls_cert, tls_key)
+        except OSError as exc:  # ssl.SSLError included
+            raise ValueError(f"--tls-cert/--tls-key cannot be loaded: {exc}") from None
+    served = _ServedApp(data, EngineConfig(**settings), access, url, kafka, kafka_tls)
     limits = BodyLimits(grace=header_timeout)
     if max_inflight_body_bytes is not None:
         limits = dataclasses.replace(limits, max_inflight_bytes=max_inflight_body_bytes)
@@ -330,6 +384,22 @@ def serve(
             " request with a body gets 503 before it is read.",
         ),
     ] = 256 * 1024 * 1024,
+    kafka_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-listen",
+            envvar="TXNSTREAM_KAFKA_LISTEN",
+            show_envvar=True,
+            help="HOST:PORT: also serve Kafka clients there (off when absent).",
+        ),
+    ] = None,
+    kafka_advertise: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-advertise",
+            help="HOST:PORT Kafka clients are told to connect to (default: --kafka-listen).",
+        ),
+    ] = None,
     engine_settings: dict[str, Any] | None = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
@@ -356,6 +426,7 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc), 2)
+    kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure or auth is not None)
     if log_format not in ("text", "json"):
         fail("--log-format must be 'text' or 'json'")
     logs = log_config(level, "json" if log_format == "json" else "text", access_log)
@@ -378,6 +449,7 @@ def serve(
             timeout_keep_alive=timeout_keep_alive,
             header_timeout=header_timeout,
             max_inflight_body_bytes=max_inflight_body_bytes,
+            kafka=kafka,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -403,6 +475,32 @@ def serve(
         raise typer.Exit(130) from None
     if not server.started:
         raise typer.Exit(3)
+
+
+def _kafka_addresses(
+    listen: str | None, advertise: str | None, allowed_anywhere: bool
+) -> KafkaAddresses | None:
+    """The checked ``--kafka-listen``/``--kafka-advertise`` pair (exits 2 when bad). As
+    for HTTP, a non-loopback bind needs ``--auth`` (then SASL/PLAIN) or ``--insecure``."""
+    from txnstream.api.http import is_loopback
+    from txnstream.api.kafka import parse_address
+
+    if listen is None:
+        if advertise is not None:
+            fail("--kafka-advertise needs --kafka-listen", 2)
+        return None
+    try:
+        bind = parse_address(listen, "--kafka-listen")
+        shown = None if advertise is None else parse_address(advertise, "--kafka-advertise")
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if not allowed_anywhere and not is_loopback(bind[0]):
+        fail(
+            f"refusing to serve Kafka clients on {bind[0]} without authentication: pass"
+            " --auth FILE (clients then use SASL/PLAIN), or --insecure",
+            2,
+        )
+    return bind, shown
 
 
 serve = with_config_flags(serve)

@@ -12,7 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from support import AUTH_TOKENS, ServeSubprocess, bearer, run_serve, wait_for, write_auth_file
+from support import (
+    AUTH_TOKENS,
+    ServeSubprocess,
+    bearer,
+    run_serve,
+    self_signed_cert,
+    wait_for,
+    write_auth_file,
+)
 
 # -- binding, TLS, reload -------------------------------------------------------------------
 
@@ -38,49 +46,10 @@ def test_a_bad_auth_file_is_refused_at_start(tmp_path: Path) -> None:
     assert "64 hex digits" in done.stderr
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_https_with_a_token(tmp_path: Path) -> None:
     import ssl
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     auth_file = write_auth_file(tmp_path / "principals.json")
     context = ssl.create_default_context(cafile=str(cert))
     args = ("--auth", str(auth_file), "--tls-cert", str(cert), "--tls-key", str(key))
@@ -146,7 +115,7 @@ def test_world_readable_secrets_are_warned_about(tmp_path: Path) -> None:
     item 9); private ones: none."""
     import ssl
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     auth_file = write_auth_file(tmp_path / "principals.json")
     context = ssl.create_default_context(cafile=str(cert))
     args = ("--auth", str(auth_file), "--tls-cert", str(cert), "--tls-key", str(key))

@@ -1,0 +1,12 @@
+"""The Kafka listener: unmodified Kafka clients produce, fetch and run transactions.
+
+A front door beside ``txnstream.api.http`` over the same public engine
+(``from txnstream.api import ...`` only): ``serve --kafka-listen HOST:PORT`` starts a
+:class:`KafkaListener` with the HTTP server. The wire format is kafka-python's codec
+(``kafka.protocol``, ``kafka.record``).
+"""
+
+from ._broker import APIS
+from ._server import KafkaListener, parse_address
+
+__all__ = ["APIS", "KafkaListener", "parse_address"]

@@ -1,0 +1,56 @@
+"""What the broker's API parts share: the engine, the producer registry, the groups and
+the offset commit that both OffsetCommit and TxnOffsetCommit make."""
+
+from __future__ import annotations
+
+import asyncio
+
+from txnstream.api import (
+    Engine,
+    EngineError,
+    TopicOffsets,
+    TxnId,
+    validate_name,
+)
+
+from ._codes import ErrorCode, code_of
+from ._groups import GroupCoordinator
+from ._producers import Producers
+from ._session import may
+
+
+class BrokerBase:
+    """The state every API part of :class:`~txnstream.api.kafka._broker.Broker` uses."""
+
+    engine: Engine
+    producers: Producers
+    groups: GroupCoordinator
+    _drain: asyncio.Event  # set at shutdown: long polls answer at once
+
+    def _offsets(self, topic: str) -> TopicOffsets:
+        return self.engine.offsets(topic)
+
+    async def _commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, txn: TxnId | None = None
+    ) -> ErrorCode:
+        """Commit ``group``'s offset of ``topic``: its subscription's cursor."""
+        if not valid_group(group):
+            return ErrorCode.INVALID_GROUP_ID
+        if not may("consume", topic):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if partition != 0:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            await self.engine.commit_offset(topic, group, offset, txn=txn)
+        except EngineError as exc:
+            return code_of(exc)
+        return ErrorCode.NONE
+
+
+def valid_group(group: str | None) -> bool:
+    """A group id is a subscription name (its offsets are that subscription's cursor)."""
+    try:
+        validate_name(group, "group")
+    except ValueError:
+        return False
+    return True

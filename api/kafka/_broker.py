@@ -1,0 +1,362 @@
+"""The Kafka APIs this listener serves, each over the public engine.
+
+One broker (node 0) leads every partition and coordinates every transactional id and
+group. A txnstream topic is a Kafka topic with one partition (0); its offsets are the
+engine's (:meth:`~txnstream.api.Engine.offsets`).
+
+The :class:`Broker` is assembled from its parts: produce (``_produce``), offsets and
+fetch (``_fetch``), transactions (``_transactions``) and consumer groups
+(``_group_requests``, over the membership of ``_groups``); this module keeps the API
+table, authentication, metadata and topic administration.
+
+Every API answers errors in its own response's error fields (:func:`code_of` maps engine
+errors once); an unexpected failure is logged by the server and closes the connection,
+never a traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from txnstream.api import (
+    Engine,
+    EngineError,
+    validate_name,
+)
+
+from ._codes import ErrorCode, code_of
+from ._fetch import FetchApi
+from ._group_requests import GroupApi
+from ._groups import GroupCoordinator
+from ._produce import ProduceApi
+from ._producers import Producers
+from ._session import SESSION, Authenticate, Session, may
+from ._transactions import TxnApi
+
+log = logging.getLogger("txnstream.kafka")
+
+NODE_ID = 0
+CLUSTER_ID = "txnstream"
+
+Handler = Callable[[Any, int], Awaitable[Any]]
+_PLAIN = "PLAIN"
+
+
+PRE_AUTH_KEYS = frozenset(
+    {ApiVersionsRequest.API_KEY, SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY}
+)
+"""What a connection may send before it authenticated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """A served API: its request and response classes and the versions served."""
+
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+
+
+# Only non-flexible versions (librdkafka and the Python clients negotiate down to them).
+APIS: dict[int, Api] = {
+    api.request.API_KEY: api
+    for api in (
+        Api(ProduceRequest, ProduceResponse, 3, 8),
+        Api(FetchRequest, FetchResponse, 4, 11),
+        Api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
+        Api(MetadataRequest, MetadataResponse, 0, 8),
+        Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
+        Api(ApiVersionsRequest, ApiVersionsResponse, 0, 2),
+        Api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+        Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 2),
+        Api(EndTxnRequest, EndTxnResponse, 0, 2),
+        Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 2),
+        Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 2),
+        Api(JoinGroupRequest, JoinGroupResponse, 0, 5),
+        Api(SyncGroupRequest, SyncGroupResponse, 0, 3),
+        Api(HeartbeatRequest, HeartbeatResponse, 0, 3),
+        Api(LeaveGroupRequest, LeaveGroupResponse, 0, 3),
+        Api(OffsetCommitRequest, OffsetCommitResponse, 2, 7),
+        Api(OffsetFetchRequest, OffsetFetchResponse, 1, 5),
+        Api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
+        Api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
+        # v1 only: v0 would exchange raw SASL tokens outside Kafka's framing
+        Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+        Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
+    )
+}
+API_VERSIONS_KEY: int = ApiVersionsRequest.API_KEY
+
+
+def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
+    """The ApiVersions answer: every served key with its version range."""
+    keys = [
+        ApiVersionsResponse.ApiVersion(
+            api_key=key, min_version=api.min_version, max_version=api.max_version
+        )
+        for key, api in sorted(APIS.items())
+    ]
+    return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
+
+
+class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
+    """Answers decoded requests over ``engine`` (one per listener)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        port: int,
+        drain: asyncio.Event,
+        authenticate: Authenticate | None = None,
+    ) -> None:
+        self.engine = engine
+        self.authenticate = authenticate
+        """SASL/PLAIN is required when set; the grants then apply as over HTTP."""
+        self.host = host
+        self.port = port
+        self._drain = drain  # set at shutdown: long polls answer at once
+        self.producers = Producers()
+        self.groups = GroupCoordinator()
+        self._handlers: dict[int, Handler] = {
+            FetchRequest.API_KEY: self.fetch,
+            ListOffsetsRequest.API_KEY: self.list_offsets,
+            MetadataRequest.API_KEY: self.metadata,
+            FindCoordinatorRequest.API_KEY: self.find_coordinator,
+            ApiVersionsRequest.API_KEY: self.api_versions,
+            InitProducerIdRequest.API_KEY: self.init_producer_id,
+            AddPartitionsToTxnRequest.API_KEY: self.add_partitions_to_txn,
+            EndTxnRequest.API_KEY: self.end_txn,
+            AddOffsetsToTxnRequest.API_KEY: self.add_offsets_to_txn,
+            TxnOffsetCommitRequest.API_KEY: self.txn_offset_commit,
+            JoinGroupRequest.API_KEY: self.join_group,
+            SyncGroupRequest.API_KEY: self.sync_group,
+            HeartbeatRequest.API_KEY: self.heartbeat,
+            LeaveGroupRequest.API_KEY: self.leave_group,
+            OffsetCommitRequest.API_KEY: self.offset_commit,
+            OffsetFetchRequest.API_KEY: self.offset_fetch,
+            SaslHandshakeRequest.API_KEY: self.sasl_handshake,
+            SaslAuthenticateRequest.API_KEY: self.sasl_authenticate,
+            CreateTopicsRequest.API_KEY: self.create_topics,
+            DeleteTopicsRequest.API_KEY: self.delete_topics,
+        }
+
+    async def handle(
+        self, api_key: int, request: Any, version: int, assigned: asyncio.Event
+    ) -> Any:
+        """The response to ``request`` (None: the request expects none). ``assigned`` is
+        set once the connection's next request may start: a Produce sets it as soon as
+        its records have offsets (so a connection's produce requests share flushes),
+        every other request when it is answered."""
+        if api_key == ProduceRequest.API_KEY:
+            return await self.produce(request, version, assigned)
+        try:
+            return await self._handlers[api_key](request, version)
+        finally:
+            assigned.set()
+
+    # -- authentication and grants --------------------------------------------------
+
+    async def sasl_handshake(self, request: Any, version: int) -> Any:
+        if self.authenticate is None or request.mechanism != _PLAIN:
+            SESSION.get().failed = True
+            return SaslHandshakeResponse(
+                error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                mechanisms=[] if self.authenticate is None else [_PLAIN],
+            )
+        return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=[_PLAIN])
+
+    async def sasl_authenticate(self, request: Any, version: int) -> Any:
+        """PLAIN (RFC 4616): ``authzid NUL user NUL password``; the user is the
+        principal's name and the password its token."""
+        session = SESSION.get()
+        identity = None
+        parts = bytes(request.auth_bytes or b"").split(b"\0")
+        if self.authenticate is not None and len(parts) == 3:
+            try:
+                authzid, user, password = (part.decode() for part in parts)
+            except UnicodeDecodeError:
+                authzid = user = password = ""
+            if authzid in ("", user) and user and password:
+                found = await asyncio.to_thread(self.authenticate, user, password)
+                if found is not None and found.name == user:
+                    identity = found
+        if identity is None:
+            session.failed = True
+            log.info("Kafka SASL/PLAIN authentication failed")
+            return SaslAuthenticateResponse(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                error_message="authentication failed: unknown user or wrong token",
+                auth_bytes=b"",
+                session_lifetime_ms=0,
+            )
+        session.identity = identity
+        return SaslAuthenticateResponse(
+            error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+        )
+
+    # -- cluster ------------------------------------------------------------------
+
+    async def api_versions(self, request: Any, version: int) -> Any:
+        return api_versions_response()
+
+    async def metadata(self, request: Any, version: int) -> Any:
+        identity = SESSION.get(Session()).identity
+        names = [n for n in await self.engine.list_topics() if identity is None or identity.sees(n)]
+        known = set(names)
+        asked = (
+            names
+            if request.topics is None or (version == 0 and not request.topics)
+            else [t.name for t in request.topics]
+        )
+        topics = []
+        for name in asked:
+            if name in known:
+                partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                    error_code=0,
+                    partition_index=0,
+                    leader_id=NODE_ID,
+                    leader_epoch=0,
+                    replica_nodes=[NODE_ID],
+                    isr_nodes=[NODE_ID],
+                    offline_replicas=[],
+                )
+                error, partitions = ErrorCode.NONE, [partition]
+            elif identity is not None and not identity.sees(name):
+                error, partitions = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
+            else:
+                error, partitions = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []
+            topics.append(
+                MetadataResponse.MetadataResponseTopic(
+                    error_code=error,
+                    name=name,
+                    is_internal=False,
+                    partitions=partitions,
+                )
+            )
+        broker = MetadataResponse.MetadataResponseBroker(
+            node_id=NODE_ID, host=self.host, port=self.port, rack=None
+        )
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[broker],
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            topics=topics,
+        )
+
+    async def create_topics(self, request: Any, version: int) -> Any:
+        """One-partition topics (``num_partitions`` and ``replication_factor`` 1 or -1,
+        the default); topic configs are not supported. Needs ``manage`` on the topic."""
+        results = []
+        for topic in request.topics:
+            error, message = ErrorCode.NONE, None
+            if not may("manage", topic.name):
+                error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic.num_partitions not in (-1, 1) or topic.assignments:
+                error = ErrorCode.INVALID_PARTITIONS
+                message = "a topic has one partition (partitioned topics are not served yet)"
+            elif topic.replication_factor not in (-1, 1):
+                error = ErrorCode.INVALID_REPLICATION_FACTOR
+                message = "one broker: the replication factor is 1"
+            elif topic.configs:
+                error = ErrorCode.INVALID_CONFIG
+                message = "topic configs are not supported (use the HTTP API's policies)"
+            else:
+                try:
+                    validate_name(topic.name)
+                    if not request.validate_only and not await self.engine.create_topic(topic.name):
+                        error = ErrorCode.TOPIC_ALREADY_EXISTS
+                except EngineError as exc:
+                    error, message = code_of(exc), str(exc)
+                    if error is ErrorCode.INVALID_REQUEST:
+                        error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            results.append(
+                CreateTopicsResponse.CreatableTopicResult(
+                    name=topic.name, error_code=error, error_message=message
+                )
+            )
+        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    async def delete_topics(self, request: Any, version: int) -> Any:
+        """Delete topics (``manage``), their subscriptions (groups' offsets) with them."""
+        results = []
+        for name in request.topic_names:
+            error = ErrorCode.NONE
+            if not may("manage", name):
+                error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    await self.engine.delete_topic(name)
+                except EngineError as exc:
+                    error = code_of(exc)
+            results.append(DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=error))
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+    async def find_coordinator(self, request: Any, version: int) -> Any:
+        return FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            node_id=NODE_ID,
+            host=self.host,
+            port=self.port,
+        )

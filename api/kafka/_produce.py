@@ -1,0 +1,163 @@
+"""Produce: record batches v2 into the engine, idempotent and transactional, pipelined."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kafka.protocol.producer import (
+    ProduceResponse,
+)
+
+from txnstream.api import (
+    EngineError,
+    OutgoingMessage,
+    TxnId,
+)
+
+from ._base import BrokerBase
+from ._codes import ErrorCode, code_of
+from ._producers import TxnProducer, producer_name
+from ._records import RecordsError, read_batches
+from ._session import may, principal
+
+log = logging.getLogger("txnstream.kafka")
+
+# Produced record sets are decoded in Python (~10 us a record): past this size that runs
+# in a worker thread, so that the loop is not held (it gets the GIL every 5 ms).
+_THREAD_BYTES = 64 * 1024
+
+
+class ProduceApi(BrokerBase):
+    """Produce (a part of the broker)."""
+
+    async def produce(self, request: Any, version: int, assigned: asyncio.Event) -> Any:
+        """Store every partition's batches; set ``assigned`` once they all have their
+        offsets (the connection's next request may start then), answer once durable."""
+        txn_producer = None
+        if request.transactional_id is not None:
+            txn_producer = self.producers.get(request.transactional_id, principal())
+        stored = []
+        try:
+            for topic in request.topic_data:
+                for data in topic.partition_data:
+                    outcome = await self._produce_partition(
+                        topic.name, data.index, data.records, request.transactional_id, txn_producer
+                    )
+                    stored.append((topic.name, data.index, outcome))
+        finally:
+            assigned.set()
+        results: dict[str, list[Any]] = {}
+        for name, index, (error, base, durable) in stored:
+            for future in durable:
+                try:
+                    await future
+                except EngineError as exc:
+                    error, base = code_of(exc), -1
+            start = self._offsets(name).log_start if error is ErrorCode.NONE else -1
+            results.setdefault(name, []).append(
+                ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+                    index=index,
+                    error_code=error,
+                    base_offset=base,
+                    log_append_time_ms=-1,
+                    log_start_offset=start,
+                    record_errors=[],
+                    error_message=None if error is ErrorCode.NONE else error.name,
+                )
+            )
+        if request.acks == 0:
+            return None
+        return ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(name=name, partition_responses=parts)
+                for name, parts in results.items()
+            ],
+            throttle_time_ms=0,
+        )
+
+    async def _produce_partition(
+        self,
+        topic: str,
+        partition: int,
+        records: Any,
+        transactional_id: str | None,
+        txn_producer: TxnProducer | None,
+    ) -> tuple[ErrorCode, int, list[asyncio.Future[None]]]:
+        """Start storing one partition's batches: (error, base offset of the first
+        batch, the futures of their durability)."""
+        if not may("produce", topic):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, []
+        if partition != 0:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, []
+        try:
+            if records is not None and len(records) > _THREAD_BYTES:
+                batches = await asyncio.to_thread(read_batches, records)
+            else:
+                batches = read_batches(records)
+        except RecordsError as exc:
+            log.info("refused a produced record set for %s: %s", topic, exc)
+            return ErrorCode.CORRUPT_MESSAGE, -1, []
+        base = -1
+        durable: list[asyncio.Future[None]] = []
+        for batch in batches:
+            txn = None
+            if batch.transactional:
+                if (
+                    txn_producer is None
+                    or txn_producer.producer_id != batch.producer_id
+                    or txn_producer.epoch != batch.producer_epoch
+                ):
+                    return ErrorCode.INVALID_PRODUCER_EPOCH, -1, durable
+                if txn_producer.txn is None or topic not in txn_producer.topics:
+                    return ErrorCode.INVALID_TXN_STATE, -1, durable
+                txn = txn_producer.txn.txn_id
+            elif transactional_id is not None:
+                return ErrorCode.INVALID_REQUEST, -1, durable  # a transactional id's plain batch
+            error, first, done = await self._store(topic, batch.messages, batch, txn)
+            if error is not ErrorCode.NONE:
+                return error, -1, durable
+            if done is not None:
+                durable.append(done)
+            if base < 0:
+                base = first
+        return ErrorCode.NONE, base, durable
+
+    async def _store(
+        self, topic: str, messages: list[OutgoingMessage], batch: Any, txn: TxnId | None
+    ) -> tuple[ErrorCode, int, asyncio.Future[None] | None]:
+        producer = sequence = None
+        try:
+            if batch.producer_id >= 0 and batch.base_sequence >= 0:
+                producer = producer_name(batch.producer_id, batch.producer_epoch)
+                sequence = batch.base_sequence
+                last = self.engine.last_sequence(topic, producer)
+                expected = 0 if last is None else last + 1
+                if sequence > expected:
+                    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, None
+            result, done = await self.engine.produce_start(
+                topic,
+                messages,
+                txn=txn,
+                producer=producer,
+                sequence=sequence,
+                principal=principal(),
+            )
+        except EngineError as exc:
+            return code_of(exc), -1, None
+        if not result.positions:  # an older duplicate: stored, its offsets forgotten
+            return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
+        if txn is not None and done is not None:
+            # As the engine's pipelined txn.send: the commit makes these durable before
+            # it decides (a crash before then aborts the transaction), so the answer need
+            # not wait for their flush; its outcome is the commit's.
+            done.add_done_callback(_observed)
+            done = None
+        return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0]), done
+
+
+def _observed(future: asyncio.Future[None]) -> None:
+    """Retrieve a flush future's outcome nobody awaits (the commit reports it)."""
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,92 @@
+"""Kafka producer ids, epochs and transactional ids, over the engine's transactions.
+
+An idempotent producer gets a random 62-bit producer id (no two producers share one in
+practice, across restarts too, without a durable counter) and stores its batches under
+the engine's idempotent producer name ``kafka-<id>-<epoch>``: the engine keeps the
+producer's last sequence and positions durable with the data, answers a retried batch
+with its original positions, and the listener refuses a gap.
+
+A transactional id keeps one producer id (derived from the id) and a new epoch at each
+InitProducerId; its transaction is one engine transaction begun with the same
+``transactional_id`` at the first AddPartitionsToTxn, so a new epoch's begin fences the
+old holder as the engine's fencing does, and a request that names an older epoch is
+refused. Epochs live in memory: after a restart a zombie's epoch is not the current one
+(or its engine transaction is fenced), so it is refused either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+
+from txnstream.api import Principal, Transaction
+
+_ID_BITS = 62
+_MAX_EPOCH = 32767
+
+
+def producer_name(producer_id: int, epoch: int) -> str:
+    """The engine's idempotent producer name of a Kafka producer session."""
+    return f"kafka-{producer_id}-{epoch}"
+
+
+@dataclass(slots=True)
+class TxnProducer:
+    """A transactional id's producer: id, current epoch and its open transaction."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    principal: Principal | None = None
+    """Who it belongs to (with SASL): the engine scopes its transactional id to it."""
+    txn: Transaction | None = None
+    topics: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Producers:
+    """The listener's producer registry (one per listener)."""
+
+    def __init__(self) -> None:
+        self._txn: dict[tuple[str | None, str], TxnProducer] = {}  # by (owner, id)
+
+    @staticmethod
+    def new_id() -> int:
+        """A fresh idempotent producer id."""
+        return secrets.randbits(_ID_BITS)
+
+    @staticmethod
+    def transactional_producer_id(transactional_id: str, owner: str | None = None) -> int:
+        """A transactional id's producer id: the same on every InitProducerId."""
+        key = transactional_id if owner is None else f"{owner}\0{transactional_id}"
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+        return int.from_bytes(digest) >> (64 - _ID_BITS)
+
+    def entry(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer:
+        """The transactional id's producer (epoch -1 until its first InitProducerId);
+        each principal has its own transactional ids, as over HTTP."""
+        owner = None if principal is None else principal.name
+        producer = self._txn.get((owner, transactional_id))
+        if producer is None:
+            producer = self._txn[owner, transactional_id] = TxnProducer(
+                transactional_id,
+                self.transactional_producer_id(transactional_id, owner),
+                -1,
+                0,
+                principal,
+            )
+        return producer
+
+    def get(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer | None:
+        """The transactional id's producer, if one initialised it since start."""
+        owner = None if principal is None else principal.name
+        producer = self._txn.get((owner, transactional_id))
+        return None if producer is None or producer.epoch < 0 else producer
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after ``epoch`` (wrapping within int16)."""
+    return (epoch + 1) % _MAX_EPOCH

@@ -1,0 +1,194 @@
+"""Transactions: InitProducerId, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn, TxnOffsetCommit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+)
+
+from txnstream.api import (
+    EngineError,
+)
+
+from ._base import BrokerBase, valid_group
+from ._codes import ErrorCode, code_of
+from ._producers import TxnProducer, next_epoch
+from ._session import may, principal
+
+
+class TxnApi(BrokerBase):
+    """The transaction APIs (a part of the broker); one Kafka transaction is one engine
+    transaction begun with the same transactional id."""
+
+    async def init_producer_id(self, request: Any, version: int) -> Any:
+        def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch
+            )
+
+        transactional_id = request.transactional_id
+        if transactional_id is None:
+            return answer(ErrorCode.NONE, self.producers.new_id(), 0)
+        timeout_ms = request.transaction_timeout_ms
+        max_timeout = self.engine.config.max_txn_timeout
+        if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
+            return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        producer = self.producers.entry(transactional_id, principal())
+        async with producer.lock:
+            if producer.txn is not None:  # the previous epoch's open transaction
+                await self._end(producer, commit=False)
+            producer.epoch = next_epoch(producer.epoch)
+            producer.timeout_ms = timeout_ms
+            return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)
+
+    def _txn_producer(
+        self, transactional_id: str, producer_id: int, epoch: int
+    ) -> TxnProducer | ErrorCode:
+        producer = self.producers.get(transactional_id, principal())
+        if producer is None or producer.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer.epoch != epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return producer
+
+    async def add_partitions_to_txn(self, request: Any, version: int) -> Any:
+        result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+        partition_result = result.AddPartitionsToTxnPartitionResult
+        producer = self._txn_producer(
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+        )
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        if isinstance(producer, ErrorCode):
+            for topic in request.v3_and_below_topics:
+                for index in topic.partitions:
+                    codes[topic.name, index] = producer
+        else:
+            async with producer.lock:
+                codes = await self._add_partitions(producer, request.v3_and_below_topics)
+        by_topic: dict[str, list[Any]] = {}
+        for (name, index), code in codes.items():
+            by_topic.setdefault(name, []).append(
+                partition_result(partition_index=index, partition_error_code=code)
+            )
+        return AddPartitionsToTxnResponse(
+            throttle_time_ms=0,
+            results_by_topic_v3_and_below=[
+                result(name=name, results_by_partition=parts) for name, parts in by_topic.items()
+            ],
+        )
+
+    async def _add_partitions(
+        self, producer: TxnProducer, topics: Any
+    ) -> dict[tuple[str, int], ErrorCode]:
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        known = set(await self.engine.list_topics())
+        for topic in topics:
+            for index in topic.partitions:
+                if not may("produce", topic.name):
+                    codes[topic.name, index] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif topic.name not in known or index != 0:
+                    codes[topic.name, index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    codes[topic.name, index] = ErrorCode.NONE
+        if any(code is not ErrorCode.NONE for code in codes.values()):
+            # all or nothing, as Kafka: the others are not added
+            return {
+                k: ErrorCode.OPERATION_NOT_ATTEMPTED if c is ErrorCode.NONE else c
+                for k, c in codes.items()
+            }
+        error = await self._ensure_txn(producer)
+        if error is not ErrorCode.NONE:
+            return dict.fromkeys(codes, error)
+        producer.topics.update(name for name, _ in codes)
+        return codes
+
+    async def _ensure_txn(self, producer: TxnProducer) -> ErrorCode:
+        """Begin the producer's engine transaction if none is open (under its lock)."""
+        if producer.txn is not None:
+            return ErrorCode.NONE
+        try:
+            producer.txn = await self.engine.begin(
+                timeout=producer.timeout_ms / 1000,
+                transactional_id=producer.transactional_id,
+                label=f"kafka:{producer.transactional_id}",
+                principal=producer.principal,
+            )
+        except EngineError as exc:
+            return code_of(exc)
+        producer.topics = set()
+        return ErrorCode.NONE
+
+    async def end_txn(self, request: Any, version: int) -> Any:
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        if isinstance(producer, ErrorCode):
+            return EndTxnResponse(throttle_time_ms=0, error_code=producer)
+        async with producer.lock:
+            error = await self._end(producer, commit=request.committed)
+        return EndTxnResponse(throttle_time_ms=0, error_code=error)
+
+    async def _end(self, producer: TxnProducer, *, commit: bool) -> ErrorCode:
+        """Commit or abort the producer's open transaction (none: nothing to do)."""
+        txn, producer.txn, producer.topics = producer.txn, None, set()
+        if txn is None:
+            return ErrorCode.NONE
+        try:
+            if commit:
+                await txn.commit()
+            else:
+                await txn.abort()
+        except EngineError as exc:
+            if not commit:
+                return ErrorCode.NONE  # it ended anyway (timed out, fenced): aborted
+            return code_of(exc)
+        return ErrorCode.NONE
+
+    async def add_offsets_to_txn(self, request: Any, version: int) -> Any:
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        if isinstance(producer, ErrorCode):
+            error = producer
+        elif not valid_group(request.group_id):
+            error = ErrorCode.INVALID_GROUP_ID
+        else:
+            async with producer.lock:
+                error = await self._ensure_txn(producer)
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)
+
+    async def txn_offset_commit(self, request: Any, version: int) -> Any:
+        topic_type = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+        partition_type = topic_type.TxnOffsetCommitResponsePartition
+        producer = self._txn_producer(
+            request.transactional_id, request.producer_id, request.producer_epoch
+        )
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                if isinstance(producer, ErrorCode):
+                    error = producer
+                elif producer.txn is None:
+                    error = ErrorCode.INVALID_TXN_STATE
+                else:
+                    error = await self._commit_offset(
+                        request.group_id,
+                        topic.name,
+                        part.partition_index,
+                        part.committed_offset,
+                        producer.txn.txn_id,
+                    )
+                partitions.append(
+                    partition_type(partition_index=part.partition_index, error_code=error)
+                )
+            topics.append(topic_type(name=topic.name, partitions=partitions))
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
