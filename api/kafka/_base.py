@@ -38,6 +38,8 @@ class BrokerBase:
             return ErrorCode.INVALID_GROUP_ID
         if not may("consume", topic):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if not may("consume", topic, group):  # a group is a subscription: its own rights
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
         if partition != 0:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         try:

@@ -114,7 +114,7 @@ class GroupApi(BrokerBase):
             asked = [
                 (n, [0])
                 for n in names
-                if may("consume", n) and self._committed(group, n) is not None
+                if may("consume", n, group) and self._committed(group, n) is not None
             ]
         else:
             asked = [(t.name, list(t.partition_indexes)) for t in request.topics]
@@ -127,6 +127,8 @@ class GroupApi(BrokerBase):
                     error = ErrorCode.INVALID_GROUP_ID
                 elif not may("consume", name):
                     error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif not may("consume", name, group):
+                    error = ErrorCode.GROUP_AUTHORIZATION_FAILED
                 elif index != 0:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import (
+    FetchResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -38,6 +44,11 @@ PRINCIPALS = {
                 {"topic": "orders", "actions": ["produce", "consume"]},
                 {"topic": "audit", "actions": ["consume"]},
             ],
+        },
+        {
+            "name": "reports",
+            "token": "reports-token",
+            "grants": [{"topic": "orders", "actions": ["consume"], "subscriptions": ["reports-*"]}],
         },
     ]
 }
@@ -192,3 +203,43 @@ async def test_a_consumer_reads_only_what_it_may(secured: Kafka) -> None:
     [part] = answer.responses[0].partitions
     assert (part.error_code, part.records) == (29, b"")  # TOPIC_AUTHORIZATION_FAILED
     await wire.close()
+
+
+async def test_a_group_is_a_subscription_with_its_own_rights(secured: Kafka) -> None:
+    """A grant limited to subscriptions ``reports-*`` may commit and fetch the offsets of
+    group ``reports-daily`` only: another group on the same topic is
+    GROUP_AUTHORIZATION_FAILED (30), and nothing is committed for it."""
+    await secured.engine.send_many("orders", [b"a", b"b"])
+    wire = await KafkaWire.open(secured.listener.port)
+    assert await _authenticate(wire, "reports", "reports-token") == 0
+    commit_topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    partition = commit_topic.OffsetCommitRequestPartition
+    fetch_topic = OffsetFetchRequest.OffsetFetchRequestTopic
+    answers = {}
+    for group in ("reports-daily", "billing"):
+        committed = await wire.call(
+            OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[commit_topic(name="orders", partitions=[partition(0, 2, None)])],
+            ),
+            OffsetCommitResponse,
+            2,
+        )
+        fetched = await wire.call(
+            OffsetFetchRequest(
+                group_id=group, topics=[fetch_topic(name="orders", partition_indexes=[0])]
+            ),
+            OffsetFetchResponse,
+            5,
+        )
+        [part] = fetched.topics[0].partitions
+        answers[group] = (
+            committed.topics[0].partitions[0].error_code,
+            part.error_code,
+            part.committed_offset,
+        )
+    await wire.close()
+    assert answers == {"reports-daily": (0, 0, 2), "billing": (30, 30, -1)}
+    assert "billing" not in (await secured.engine.stats("orders"))["subscriptions"]
