@@ -3,7 +3,7 @@
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
-from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
+from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
 from ._codec import (
     PACK_ERRORS,
     Body,
@@ -25,6 +25,7 @@ from ._errors import (
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    CorruptObjectError,
     DataDirLockedError,
     DrillError,
     EngineError,
@@ -37,6 +38,7 @@ from ._errors import (
     LedgerError,
     NotFoundError,
     OffloadNotConfiguredError,
+    OffloadPrefixClaimedError,
     RemoteStorageError,
     SnapshotError,
     SubscriptionConflictError,
@@ -69,6 +71,7 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "CorruptObjectError",
     "DB_FILE",
     "DataDirLockedError",
     "DirectoryLock",
@@ -89,6 +92,7 @@ __all__ = [
     "ManagedLedger",
     "NotFoundError",
     "OffloadNotConfiguredError",
+    "OffloadPrefixClaimedError",
     "OffloadStore",
     "OffloadedObject",
     "OutgoingMessage",
@@ -99,6 +103,7 @@ __all__ = [
     "Row",
     "SnapshotError",
     "Store",
+    "StoreIdentity",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
     "TooLargeError",
