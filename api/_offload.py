@@ -11,10 +11,17 @@ deletion take it too):
 
 A crash before 3 commits leaves the local ledger in use and an orphan object, which the
 next pass replaces (same name) or removes (the first pass over a topic after open, or
-after a failed step, deletes every object no remote ledger points to); a crash after it
-leaves the complete remote copy in use. The background pass runs every
-``offload_check_interval`` seconds over topics whose policy has ``after`` set;
-``engine.offload(topic)`` offloads every eligible ledger now, regardless of ``after``.
+after a failed step, deletes every object named with this store's identity that no
+remote ledger points to); a crash after it leaves the complete remote copy in use.
+
+Before a pass writes, the prefix must be this store's (``__txnstream_owner.json``,
+written at the first offload; see :meth:`OffloadStore.claim`): another store's claim
+refuses the pass (:class:`OffloadPrefixClaimedError`, health ``degraded``) unless
+``offload_takeover`` is set. Objects of other stores are never deleted.
+
+The background pass runs every ``offload_check_interval`` seconds over topics whose
+policy has ``after`` set; ``engine.offload(topic)`` offloads every eligible ledger now,
+regardless of ``after``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Tiered storage as Pulsar's ledger offloader and Kafka's KIP-405 do it, with KIP-1058's
 ``txnIdxEmpty`` flag, in a format any engine can query:
 
-* **Layout.** ``<base>/<topic>/<ledger id, 20 digits>.parquet`` holds every entry of a
+* **Layout.** ``<base>/<topic>/<ledger id, 20 digits>-<store id>.parquet`` (no
+  ``-<store id>`` for objects written before store identities) holds every entry of a
   ledger, one row each, in entry order: the Spark source's columns (``position``,
   ``ledger_id``, ``entry_id``, ``key``, ``value``, ``value_json``, ``properties``,
   ``txn``, ``publish_time``) plus ``kind`` (``data``/``commit``/``abort``), ``aborted``
@@ -12,7 +13,8 @@ Tiered storage as Pulsar's ledger offloader and Kafka's KIP-405 do it, with KIP-
   columns cannot carry exactly (a map with integer keys, bytes inside a list, NaN), so
   every entry reads back exactly as appended. ``WHERE kind = 'data' AND NOT aborted``
   is the committed view. Row groups of about :data:`ROW_GROUP_BYTES` (zstd, statistics
-  on), so a range read fetches only the groups it needs.
+  and page checksums on), so a range read fetches only the groups it needs. The
+  footer records the sidecar's size and SHA-256, when there is one.
 * **Sidecar.** ``<same>.aborted.parquet`` exists only when the ledger has aborted-index
   rows (the transactions whose ABORT marker lies in it, as Kafka's per-segment
   transaction index): ``has_aborts`` false is our ``txnIdxEmpty``, and readers never
@@ -28,7 +30,8 @@ Tiered storage as Pulsar's ledger offloader and Kafka's KIP-405 do it, with KIP-
   decoded row groups (by bytes) and per-ledger committed masks, so a sequential reader
   fetches each row group once and a sidecar is never fetched twice. Counters (via the
   ``on_*`` callbacks) count remote requests: one per sidecar read, one per data read
-  (all the row groups one request needs count once).
+  (all the row groups one request needs count once). Every read is verified (see
+  :class:`OffloadStore`): a damaged object is never served.
 
 Every method blocks (file or network I/O, CPU): async code calls them through
 ``asyncio.to_thread``. They are thread-safe; one lock guards the caches.
