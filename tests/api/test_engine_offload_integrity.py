@@ -96,6 +96,16 @@ async def offloaded_history(engine: Engine, *, value_bytes: int) -> list[dict[st
     return await engine.list_ledgers("t")
 
 
+async def local_history(tmp_path: Path) -> tuple[str, Path, list[dict[str, Any]]]:
+    """:func:`offloaded_history` in a closed data directory on a local store: its offload
+    URL, the directory and its ledger listing."""
+    url = (tmp_path / "objects").as_uri()
+    data = tmp_path / "data"
+    async with Engine.open(data, config(url)) as engine:
+        ledgers = await offloaded_history(engine, value_bytes=10)
+    return url, data, ledgers
+
+
 async def values(engine: Engine, start: Position, count: int) -> list[str]:
     """The committed plain values' numbers from ``start`` (``count`` entries read)."""
     result = await engine.fetch("t", start, max=count)
@@ -194,10 +204,7 @@ async def test_a_damaged_aborted_index_is_unavailable(tmp_path: Path, offload_ur
 async def test_damage_over_http_is_503_unavailable_and_health_degraded(
     tmp_path: Path,
 ) -> None:
-    url = (tmp_path / "objects").as_uri()
-    data = tmp_path / "data"
-    async with Engine.open(data, config(url)) as engine:
-        ledgers = await offloaded_history(engine, value_bytes=10)
+    url, data, ledgers = await local_history(tmp_path)
     target = ledgers[1]["url"]
     write_bytes(target, flip_in_column("entry_id")(read_bytes(target)))
     async with Engine.open(data, config(url)) as engine:
@@ -228,10 +235,7 @@ async def test_damage_over_http_is_503_unavailable_and_health_degraded(
 async def test_a_fresh_servers_reads_of_offloaded_ledgers_count_as_data_fetches(
     tmp_path: Path,
 ) -> None:
-    url = (tmp_path / "objects").as_uri()
-    data = tmp_path / "data"
-    async with Engine.open(data, config(url)) as engine:
-        await offloaded_history(engine, value_bytes=10)
+    url, data, _ = await local_history(tmp_path)
 
     def fetches(engine: Engine) -> float:
         text, _ = engine.metrics.render([], open_txns=0, database_bytes=0, wal_bytes=0)
@@ -329,10 +333,7 @@ async def test_a_directory_that_offloaded_before_identities_keeps_its_objects(
     """Migration: objects named without an identity, recorded by the directory, are its
     own (read, and deleted by its retention or topic deletion); the prefix is claimed at
     its next offload."""
-    url = (tmp_path / "objects").as_uri()
-    data = tmp_path / "data"
-    async with Engine.open(data, config(url)) as engine:
-        ledgers = await offloaded_history(engine, value_bytes=10)
+    url, data, ledgers = await local_history(tmp_path)
     # make it what an older version left: unnamed objects, no identity, no marker
     db = sqlite3.connect(data / "txnstream.db")
     with db:
