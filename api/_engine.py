@@ -139,8 +139,10 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
     async def _load_identity(self, store: Store) -> None:
         """This data directory's store identity (made once; see ``Catalog.store_identity``),
         which names and owns what it offloads."""
-        where = self.path.resolve().stat()
-        identity = await Catalog(store).store_identity(f"{where.st_dev}:{where.st_ino}")
+        # Inode numbers, not device numbers: those of some mounts (overlay, NFS) change
+        # from one mount to the next, and the directory must stay itself across restarts.
+        home = f"{self.path.resolve().stat().st_ino}:{(self.path / DB_FILE).stat().st_ino}"
+        identity = await Catalog(store).store_identity(home)
         self._remote.owner = identity.store_id
         self._remote.adopts_legacy = identity.adopts_legacy
         if identity.minted == "copied":

@@ -127,9 +127,9 @@ class Catalog:
     async def store_identity(self, home: str) -> StoreIdentity:
         """This data directory's identity, made once (durable on return).
 
-        ``home`` names where the directory lives (its file system and inode): a directory
-        found elsewhere than it was made (copied, or restored from a backup) gets a new
-        identity of its own, so two copies never take each other's objects for theirs.
+        ``home`` names where the directory lives (its inode numbers): a directory found
+        elsewhere than it was made (copied, or restored from a backup) gets a new identity
+        of its own, so two copies never take each other's objects for theirs.
         """
         rows = await self._store.read(
             "SELECT key, value FROM meta WHERE key IN ('store_id', 'store_home', 'store_legacy')"

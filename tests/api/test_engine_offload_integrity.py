@@ -266,8 +266,12 @@ async def test_two_data_directories_on_one_prefix_never_touch_each_others_object
     first, second = tmp_path / "first", tmp_path / "second"
     async with Engine.open(first, config(offload_url)) as engine:
         await offloaded_history(engine, value_bytes=10)
+    async with Engine.open(first, config(offload_url)) as engine:
+        # a restart keeps the identity, and so the prefix (a reopen seals ledger 2)
+        assert await engine.offload("t") == [2]
         theirs = listing(offload_url)
-        assert len(theirs) == 3  # two ledgers and one sidecar
+        assert len(theirs) == 4  # three ledgers and one sidecar
+        assert len({OffloadStore.owner_of(url) for url in theirs}) == 1
     marker = read_bytes(OffloadStore(offload_url).marker_url())
     async with Engine.open(second, config(offload_url)) as engine:
         await engine.create_topic("t")
@@ -300,7 +304,7 @@ async def test_two_data_directories_on_one_prefix_never_touch_each_others_object
     async with Engine.open(first, config(offload_url)) as engine:
         # its objects read as before; it offloads no more (the prefix was taken over)
         assert await values(engine, Position(0, 0), 3) == ["0"]
-        await engine.send_many("t", [f"{i}:x" for i in range(LEDGER)])
+        await engine.send_many("t", [f"{i}:x" for i in range(LEDGER + 1)])
         with pytest.raises(OffloadPrefixClaimedError):
             await engine.offload("t")
 
