@@ -167,7 +167,7 @@ class EngineCore:
         self.metrics.offload_corrupt_objects.inc()
         log.error("%s; its reads answer unavailable until it is repaired", error)
 
-    def offload_problem(self) -> str | None:
+    def _offload_problem(self) -> str | None:
         """What is wrong with the remote tier (damaged objects, offloading refused), or
         None; health says ``degraded`` with it."""
         corrupt = list(self._remote.corrupt.values())

@@ -275,7 +275,7 @@ class Engine(Producing, TopicAdmin, Consuming, Offloading):
                     f"writes refused: {store.free_bytes} bytes free, fewer than the"
                     f" {store.min_free_bytes} required",
                 )
-            problem = self.offload_problem()
+            problem = self._offload_problem()
             if problem is not None:
                 return Health("degraded", problem)
             return Health("ok", None)
