@@ -54,6 +54,11 @@ class EngineConfig:
     offloaded stay readable)."""
     offload_check_interval: float = 5.0
     """How often topics with an offload policy are checked for ledgers to offload."""
+    offload_takeover: bool = False
+    """Offload into a prefix that another data directory's store claimed (its marker
+    object ``__txnstream_owner.json`` names it): rewrite the marker with this directory's
+    identity. Only for a prefix whose owner is gone for good (e.g. this is its restored
+    backup); the other store's objects are never deleted, and it offloads there no more."""
     writer: Literal["thread", "process"] = "thread"
     """Where SQLite writes run. ``"thread"``: a thread of this process. ``"process"``: a
     child process (``ledger/_writer_process.py``), so that they do not share the GIL

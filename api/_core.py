@@ -19,6 +19,7 @@ from typing import Any, cast
 from txnstream.dispatcher import SubscriptionRegistry
 from txnstream.ledger import (
     ClosedError,
+    CorruptObjectError,
     EngineFailedError,
     FencedError,
     ForbiddenError,
@@ -178,6 +179,9 @@ class EngineCore:
         self._remote = OffloadStore(self.config.offload_url)
         self._remote.on_index_fetch = self.metrics.offload_index_fetches.inc
         self._remote.on_data_fetch = self.metrics.offload_data_fetches.inc
+        self._remote.on_corrupt = self._on_corrupt_object
+        self._offload_refused: str | None = None
+        """Why offloading is refused (the prefix belongs to another store), if it is."""
         # serializes what changes a topic's tiers: offload steps, retention, deletion
         self._tier_lock = asyncio.Lock()
         self._swept: set[int] = set()
@@ -186,6 +190,20 @@ class EngineCore:
         self._gc_frozen = False
         self._admin_lock = asyncio.Lock()
         self._consumer_ids = itertools.count(1)
+
+    def _on_corrupt_object(self, error: CorruptObjectError) -> None:
+        """A damaged offloaded object was found (in a worker thread; once per object)."""
+        self.metrics.offload_corrupt_objects.inc()
+        log.error("%s; its reads answer unavailable until it is repaired", error)
+
+    def _offload_problem(self) -> str | None:
+        """What is wrong with the remote tier (damaged objects, offloading refused), or
+        None; health says ``degraded`` with it."""
+        corrupt = list(self._remote.corrupt.values())
+        if corrupt:
+            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            return f"{corrupt[0]}{more}"
+        return self._offload_refused
 
     def _check_open(self) -> None:
         if self.state is EngineState.OPEN:

@@ -30,6 +30,7 @@ from typing import Any, Self
 from txnstream.dispatcher import SubscriptionRegistry
 from txnstream.ledger import (
     DB_FILE,
+    Catalog,
     ClosedError,
     FencedError,
     InvalidArgumentError,
@@ -104,6 +105,7 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
         self._store = store
         self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
+            await self._load_identity(store)
             store.on_failure = self._fail
             store.on_flush = self.metrics.observe_flush
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
@@ -134,6 +136,26 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
         except BaseException:
             await store.close()
             raise
+
+    async def _load_identity(self, store: Store) -> None:
+        """This data directory's store identity (made once; see ``Catalog.store_identity``),
+        which names and owns what it offloads."""
+        # Inode numbers, not device numbers: those of some mounts (overlay, NFS) change
+        # from one mount to the next, and the directory must stay itself across restarts.
+        home = f"{self.path.resolve().stat().st_ino}:{(self.path / DB_FILE).stat().st_ino}"
+        identity = await Catalog(store).store_identity(home)
+        self._remote.owner = identity.store_id
+        self._remote.adopts_legacy = identity.adopts_legacy
+        if identity.minted == "copied":
+            log.warning(
+                "data directory %s was copied or restored (it is not where it was made):"
+                " its store identity is now %s, and it offloads only into a prefix no"
+                " other store claims (see --offload-takeover)",
+                self.path,
+                identity.store_id,
+            )
+        elif identity.minted is not None:
+            log.info("data directory %s: store identity %s", self.path, identity.store_id)
 
     def _start_background(self) -> None:
         self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
@@ -254,6 +276,9 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
                     f"writes refused: {store.free_bytes} bytes free, fewer than the"
                     f" {store.min_free_bytes} required",
                 )
+            problem = self._offload_problem()
+            if problem is not None:
+                return Health("degraded", problem)
             return Health("ok", None)
         if self.state is EngineState.RECOVERING:
             return Health("recovering", f"reopening after a storage failure: {self._failure}")

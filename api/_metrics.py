@@ -128,6 +128,12 @@ class EngineMetrics:
             "Reads of offloaded ledger objects (the row groups of one request count once).",
             registry=self.registry,
         )
+        self.offload_corrupt_objects = Counter(
+            "txnstream_offload_corrupt_objects",
+            "Offloaded objects (ledger objects or aborted-index sidecars) found damaged:"
+            " a size, SHA-256, page checksum, decoding or position check failed.",
+            registry=self.registry,
+        )
         self.engine_up = Gauge(
             "txnstream_engine_up",
             "1 while the engine accepts writes (health ok), else 0.",

@@ -11,10 +11,17 @@ deletion take it too):
 
 A crash before 3 commits leaves the local ledger in use and an orphan object, which the
 next pass replaces (same name) or removes (the first pass over a topic after open, or
-after a failed step, deletes every object no remote ledger points to); a crash after it
-leaves the complete remote copy in use. The background pass runs every
-``offload_check_interval`` seconds over topics whose policy has ``after`` set;
-``engine.offload(topic)`` offloads every eligible ledger now, regardless of ``after``.
+after a failed step, deletes every object named with this store's identity that no
+remote ledger points to); a crash after it leaves the complete remote copy in use.
+
+Before a pass writes, the prefix must be this store's (``__txnstream_owner.json``,
+written at the first offload; see :meth:`OffloadStore.claim`): another store's claim
+refuses the pass (:class:`OffloadPrefixClaimedError`, health ``degraded``) unless
+``offload_takeover`` is set. Objects of other stores are never deleted.
+
+The background pass runs every ``offload_check_interval`` seconds over topics whose
+policy has ``after`` set; ``engine.offload(topic)`` offloads every eligible ledger now,
+regardless of ``after``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from txnstream.ledger import (
     InvalidArgumentError,
     LedgerInfo,
     OffloadNotConfiguredError,
+    OffloadPrefixClaimedError,
     RemoteStorageError,
     TxnId,
     WriteBatch,
@@ -105,6 +113,8 @@ class Offloading(EngineCore):
                     continue
                 try:
                     await self._offload_topic(topic, manual=False)
+                except OffloadPrefixClaimedError:
+                    break  # said once by _claim_prefix; health says it until resolved
                 except RemoteStorageError as exc:
                     log.warning("topic %s: offload failed, will retry: %s", name, exc)
 
@@ -116,7 +126,10 @@ class Offloading(EngineCore):
             if topic.deleted:
                 return done
             await self._sweep(topic)
-            for wanted in [info.ledger_id for info in self._candidates(topic, manual=manual)]:
+            wanted_ids = [info.ledger_id for info in self._candidates(topic, manual=manual)]
+            if wanted_ids:
+                await self._claim_prefix()
+            for wanted in wanted_ids:
                 still = self._candidates(topic, manual=manual)
                 if not still or still[0].ledger_id != wanted:
                     break  # trimmed, or no longer eligible
@@ -191,9 +204,39 @@ class Offloading(EngineCore):
         )
         return True
 
+    async def _claim_prefix(self) -> None:
+        """Before a pass writes: the prefix must be this store's (its marker object, made
+        at the first offload); another store's claim refuses the pass, unless
+        ``offload_takeover`` is set (see :meth:`OffloadStore.claim`)."""
+        remote = self._remote
+        details = {"data_dir": str(self.path.resolve())}
+        try:
+            previous = await asyncio.to_thread(
+                remote.claim, takeover=self.config.offload_takeover, details=details
+            )
+        except OffloadPrefixClaimedError as exc:
+            if self._offload_refused != str(exc):
+                log.error("offloading refused: %s", exc)
+            self._offload_refused = str(exc)
+            raise
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot claim the offload prefix: {exc}") from exc
+        if self._offload_refused is not None:
+            log.info("offloading resumed: the prefix %s is this store's", remote.base_url)
+        self._offload_refused = None
+        if previous is not None:
+            log.warning(
+                "offload prefix %s taken over from store %s (offload_takeover): its objects"
+                " stay, and it offloads there no more",
+                remote.base_url,
+                previous,
+            )
+
     async def _sweep(self, topic: Topic) -> None:
         """Once per topic per open (and after a failure): delete the objects under the
-        topic's prefix that no remote ledger points to (left by an interrupted offload)."""
+        topic's prefix that carry this store's identity and that no remote ledger points
+        to (left by an interrupted offload). Objects of other stores, or named before
+        identities existed, are never touched."""
         swept = self._swept
         if topic.topic_id in swept:
             return
@@ -205,7 +248,10 @@ class Offloading(EngineCore):
 
         def sweep() -> list[str]:
             gone = []
+            mine = remote.owner
             for url in remote.list_topic(topic.name):
+                if mine is None or remote.owner_of(url) != mine:
+                    continue
                 if url not in keep and url not in sidecars:
                     remote.delete_url(url)
                     gone.append(url)

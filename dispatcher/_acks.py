@@ -28,6 +28,17 @@ from ._cursor import Cursor
 from ._message import Consumer, Isolation, SubscriptionType, key_position, position_key
 
 
+def read_limit(topic: Topic, isolation: Isolation) -> Position | None:
+    """The newest position a subscription of ``isolation`` may read now, which is also
+    where ``latest`` puts a cursor: read_committed, the stable position (as Kafka starts
+    at the last stable offset: the entries of a transaction open now are delivered once
+    it commits); read_uncommitted, the last confirmed position."""
+    buffer = topic.buffer
+    if isolation is Isolation.READ_COMMITTED:
+        return buffer.max_read_position
+    return buffer.last_confirmed
+
+
 class SubscriptionState:
     """A durable, named cursor on a topic and what it has delivered (see module doc)."""
 
@@ -101,10 +112,7 @@ class SubscriptionState:
     @property
     def read_limit(self) -> Position | None:
         """The newest position this subscription may read."""
-        buffer = self.topic.buffer
-        if self.isolation is Isolation.READ_COMMITTED:
-            return buffer.max_read_position
-        return buffer.last_confirmed
+        return read_limit(self.topic, self.isolation)
 
     def prepare_cursor_write(self, batch: WriteBatch) -> None:
         """Add the cursor's current durable form to ``batch``."""
@@ -231,28 +239,30 @@ class SubscriptionState:
         self.topic.notify()
 
     def seek(self, position: Position | str) -> None:
-        """Everything before ``position`` acknowledged, everything from it on not."""
-        ledger = self.topic.ledger
-        buffer = self.topic.buffer
+        """Everything before ``position`` acknowledged, everything from it on not.
+
+        ``latest`` (and a position past the end of the log, on an empty topic too) starts
+        after the read limit (:func:`read_limit`): the next new message is delivered, and for
+        read_committed nothing of a transaction still open is skipped."""
         if position == "earliest":
             mark_delete: Position | None = None
             start = Position(0, 0)
-        elif position == "latest":
-            mark_delete = buffer.last_confirmed
-            start = (
-                Position(0, 0)
-                if mark_delete is None
-                else Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
-            )
         else:
-            assert isinstance(position, Position)
-            start = position
-            mark_delete = ledger.previous(position)
-            last = buffer.last_confirmed
-            if mark_delete is not None and last is not None and mark_delete >= last:
-                # at or past the end: new entries will come after ``last``, not at ``position``
-                mark_delete = last
-                start = Position(last.ledger_id, last.entry_id + 1)
+            if position != "latest":
+                assert isinstance(position, Position)
+                last = self.topic.buffer.last_confirmed
+                previous = self.topic.ledger.previous(position)
+                if last is None or (previous is not None and previous >= last):
+                    position = "latest"  # at or past the end: from the next new entry on
+                else:
+                    mark_delete, start = previous, position
+            if position == "latest":
+                mark_delete = self.read_limit
+                start = (
+                    Position(0, 0)
+                    if mark_delete is None
+                    else Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
+                )
         self.cursor.reset(mark_delete)
         self._seeks += 1
         self._skipped.clear()

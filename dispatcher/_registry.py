@@ -23,6 +23,7 @@ from txnstream.ledger import (
 )
 from txnstream.txn_buffer import Topic, TxnRecord
 
+from ._acks import read_limit
 from ._cursor import Cursor
 from ._message import Isolation, SubscriptionType, parse_enum
 from ._subscription import Subscription
@@ -95,7 +96,7 @@ class SubscriptionRegistry:
                     f"subscription {name!r} exists as {existing.type}/{existing.isolation}"
                 )
             return False
-        cursor = Cursor(topic.buffer.last_confirmed if initial_position == "latest" else None)
+        cursor = Cursor(read_limit(topic, sub_isolation) if initial_position == "latest" else None)
         created = now_ms()
         batch = WriteBatch()
         batch.create_subscription(

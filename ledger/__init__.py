@@ -5,7 +5,7 @@ Also home of the engine's one exception hierarchy (:class:`EngineError` and its 
 """
 
 from ._batch import WriteBatch
-from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
+from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
 from ._codec import (
     PACK_ERRORS,
     Body,
@@ -27,6 +27,7 @@ from ._errors import (
     ConflictError,
     ConsumerBusyError,
     CorruptEntryError,
+    CorruptObjectError,
     DataDirLockedError,
     DrillError,
     EngineError,
@@ -39,6 +40,7 @@ from ._errors import (
     LedgerError,
     NotFoundError,
     OffloadNotConfiguredError,
+    OffloadPrefixClaimedError,
     RemoteStorageError,
     SnapshotError,
     SubscriptionConflictError,
@@ -73,6 +75,7 @@ __all__ = [
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
+    "CorruptObjectError",
     "DB_FILE",
     "DataDirLockedError",
     "DataRow",
@@ -94,6 +97,7 @@ __all__ = [
     "ManagedLedger",
     "NotFoundError",
     "OffloadNotConfiguredError",
+    "OffloadPrefixClaimedError",
     "OffloadStore",
     "OffloadedObject",
     "OutgoingMessage",
@@ -106,6 +110,7 @@ __all__ = [
     "SqliteStore",
     "StorageMetrics",
     "Store",
+    "StoreIdentity",
     "StoreReader",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",

@@ -47,6 +47,8 @@ TOPIC_DROP_LEDGERS = "topic.drop.ledgers"
 TOPIC_DROP_ABORTED = "topic.drop.aborted"
 TOPIC_DROP_PRODUCERS = "topic.drop.producers"
 TOPIC_DROP = "topic.drop"
+STORE_META = "store.meta"
+"""``(key, value)``: one of the store's own settings (its identity, ...)"""
 # subscriptions and their cursors
 SUBSCRIPTION_CREATE = "subscription.create"
 CURSOR = "subscription.cursor"
@@ -287,6 +289,10 @@ class WriteBatch:
     def drop_subscriptions(self, topic_id: int) -> None:
         """Delete every subscription of a topic."""
         self.add(SUBSCRIPTIONS_DROP, (topic_id,))
+
+    def put_store_meta(self, key: str, value: str | int) -> None:
+        """Set one of the store's own settings (see :meth:`Store.store_meta`)."""
+        self.add(STORE_META, (key, value))
 
     # -- the coordinator --------------------------------------------------------------
 

@@ -15,6 +15,7 @@ with whatever else the batch carries); the ``async`` ones read through the store
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,19 @@ def validate_name(name: Any, what: str = "topic") -> str:
     if name in (".", ".."):  # they cannot be reached in a URL path
         raise InvalidArgumentError(f"{what} names '.' and '..' are not allowed")
     return name
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIdentity:
+    """A data directory's identity: made once, written into every object it offloads.
+
+    ``adopts_legacy``: the directory offloaded before identities existed, so the objects
+    named without one that it recorded are its own. ``minted`` says why the identity was
+    made at this open (``"new"``, ``"migrated"``, ``"copied"``), None when it was there."""
+
+    store_id: str
+    adopts_legacy: bool
+    minted: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +99,33 @@ class Catalog:
     def prepare_create_topic(batch: WriteBatch, topic_id: int, name: str, created_ms: int) -> None:
         """Insert the topic's row and move the id counter past it."""
         batch.create_topic(topic_id, name, created_ms)
+
+    async def store_identity(self, home: str) -> StoreIdentity:
+        """This data directory's identity, made once (durable on return).
+
+        ``home`` names where the directory lives (its inode numbers): a directory found
+        elsewhere than it was made (copied, or restored from a backup) gets a new identity
+        of its own, so two copies never take each other's objects for theirs.
+        """
+        values = await self._store.store_meta(("store_id", "store_home", "store_legacy"))
+        current = values.get("store_id")
+        if current is not None and values.get("store_home") == home:
+            return StoreIdentity(str(current), bool(values.get("store_legacy")), None)
+        if current is None:
+            remote = await self._store.remote_ledger_count()
+            adopts, minted = bool(remote), ("migrated" if remote else "new")
+        else:
+            adopts, minted = False, "copied"
+        identity = StoreIdentity(uuid.uuid4().hex, adopts, minted)
+        batch = WriteBatch()
+        for key, value in (
+            ("store_id", identity.store_id),
+            ("store_home", home),
+            ("store_legacy", int(adopts)),
+        ):
+            batch.put_store_meta(key, value)
+        await self._store.write(batch)
+        return identity
 
     @staticmethod
     def prepare_retention(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:

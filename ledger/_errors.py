@@ -22,11 +22,13 @@ the HTTP client (``txnstream.api.client``) raises the other way round, a status 
         + AckConflictError            position pending in another open transaction
         + SubscriptionConflictError   subscription exists with other settings
         + OffloadNotConfiguredError   offloading asked of an engine with no offload URL
+        + OffloadPrefixClaimedError   the offload prefix belongs to another data directory
       x TooLargeError                 413 too_large
       x InvalidArgumentError          400 invalid_request; also a ValueError and TypeError
       x LedgerError
         + CorruptEntryError           an entry failed to decode
         + RemoteStorageError          503 unavailable: the offload object store failed
+          + CorruptObjectError        an offloaded object failed verification
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
       x TxnStreamSourceError          the Spark data source: a bad option, path or answer
@@ -143,8 +145,34 @@ class RemoteStorageError(LedgerError):
     retriable = True
 
 
+class CorruptObjectError(RemoteStorageError):
+    """An offloaded object (a ledger's Parquet object or its aborted-index sidecar) failed
+    verification: its size, SHA-256, a page checksum, its decoding, or the positions its
+    rows carry. Nothing of it is served; ``ledger_id`` and ``url`` name it."""
+
+    retriable = False
+
+    def __init__(self, message: str, *, ledger_id: int | None = None, url: str = "") -> None:
+        super().__init__(message)
+        self.ledger_id = ledger_id
+        self.url = url
+
+    def __reduce__(self) -> Any:
+        return (_corrupt, (str(self), self.ledger_id, self.url))
+
+
+def _corrupt(message: str, ledger_id: int | None, url: str) -> CorruptObjectError:
+    return CorruptObjectError(message, ledger_id=ledger_id, url=url)
+
+
 class OffloadNotConfiguredError(ConflictError):
     """Offloading was asked for but the engine has no ``offload_url``."""
+
+
+class OffloadPrefixClaimedError(ConflictError):
+    """The offload prefix is claimed by another data directory's store identity (its
+    marker object says which): nothing is written there unless the engine runs with
+    ``offload_takeover``."""
 
 
 class SnapshotError(EngineError):

@@ -23,6 +23,8 @@ _ROW_GROUP_ROWS = (16, 8192)
 _SUFFIX = ".parquet"
 _SIDECAR_SUFFIX = ".aborted.parquet"
 _COMMITTED_KEY = b"txnstream.committed_data"
+_SIDECAR_KEY = b"txnstream.sidecar"
+"""In a ledger object's footer: ``<size> sha256:<hex>`` of its aborted-index sidecar."""
 _KINDS = {"data": EntryKind.DATA, "commit": EntryKind.COMMIT, "abort": EntryKind.ABORT}
 _KIND_LABELS = {int(kind): kind.label for kind in EntryKind}
 _KIND_ORDER = [kind.label for kind in sorted(EntryKind)]  # a label's index is its value
@@ -248,6 +250,7 @@ def _parquet_bytes(table: Any, row_group_rows: int) -> Any:
         row_group_size=row_group_rows,
         compression="zstd",
         write_statistics=True,
+        write_page_checksum=True,  # a reader verifies every page it decodes (CRC-32)
     )
     return sink.getvalue()
 

@@ -55,6 +55,7 @@ WRITES: dict[str, str] = {
     op.SUBSCRIPTIONS_DROP: "DELETE FROM subscriptions WHERE topic_id = ?",
     # the coordinator
     op.NEXT_TXN_SEQ: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
+    op.STORE_META: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
     op.TXN: "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id,"
     " label, fenced, topics, acks, created_ms, ended_ms, reason, owner)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -135,6 +136,8 @@ SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM
 # -- reads: the coordinator --------------------------------------------------------------
 
 NEXT_TXN_SEQ = "SELECT value FROM meta WHERE key = 'next_txn_seq'"
+STORE_META = "SELECT key, value FROM meta WHERE key IN (SELECT value FROM json_each(?))"
+REMOTE_LEDGERS = "SELECT count(*) FROM ledgers WHERE location = 'remote'"
 NTH_NEWEST_ENDED = (
     "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
     " ORDER BY seq DESC LIMIT 1 OFFSET ?"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import queue
 import sqlite3
@@ -329,6 +330,12 @@ class SqliteStore(Store):
 
     async def subscription_rows(self) -> list[Row]:
         return await self.read(sql.SUBSCRIPTIONS)
+
+    async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
+        return dict(await self.read(sql.STORE_META, (json.dumps(list(keys)),)))
+
+    async def remote_ledger_count(self) -> int:
+        return int((await self.read(sql.REMOTE_LEDGERS))[0][0])
 
     async def next_txn_seq(self) -> int | None:
         rows = await self.read(sql.NEXT_TXN_SEQ)

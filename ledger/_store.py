@@ -586,6 +586,14 @@ class Store(abc.ABC):
     # created_ms, reason, owner).
 
     @abc.abstractmethod
+    async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
+        """The store's own settings named in ``keys`` that are set (identity, ...)."""
+
+    @abc.abstractmethod
+    async def remote_ledger_count(self) -> int:
+        """How many ledgers of every topic live in the object store."""
+
+    @abc.abstractmethod
     async def next_txn_seq(self) -> int | None:
         """The reserved transaction sequence counter (None before the first)."""
 

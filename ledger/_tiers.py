@@ -98,6 +98,10 @@ class LedgerTiers:
         self._remote_upto = max(
             (info.ledger_id for info in self._ledgers if info.is_remote), default=-1
         )
+        if self.remote is not None:
+            for info in self._ledgers:
+                if info.is_remote and info.url is not None:  # whole reads check these
+                    self.remote.expect(info.url, info.size, info.checksum)
 
     def _info(self, ledger_id: int) -> LedgerInfo | None:
         i = bisect.bisect_left(self._ids, ledger_id)

@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from txnstream.ledger import ManagedLedger, Position, SnapshotError
+from txnstream.ledger import CorruptObjectError, ManagedLedger, Position, SnapshotError
 from txnstream.txn_buffer import AbortedRow, AbortedSet, TxnBuffer
 
 from ._model import SegmentRef, TxnBufferSnapshot, decode_aborted_many, unseal
@@ -40,7 +40,17 @@ async def replay(buffer: TxnBuffer, ledger: ManagedLedger, after: Position | Non
     start = Position(0, 0) if after is None else Position(after.ledger_id, after.entry_id + 1)
     count = 0
     while True:
-        metas = await ledger.read_meta(start, _REPLAY_CHUNK)
+        try:
+            metas = await ledger.read_meta(start, _REPLAY_CHUNK)
+        except CorruptObjectError as exc:
+            if exc.ledger_id is None or exc.ledger_id < start.ledger_id:
+                raise
+            # An offloaded ledger is decided through and through, and its reads answer
+            # unavailable while it is damaged: recover the rest instead of refusing to
+            # open (health says degraded, naming it).
+            log.error("recovery skips damaged offloaded ledger %d: %s", exc.ledger_id, exc)
+            start = Position(exc.ledger_id + 1, 0)
+            continue
         for meta in metas:
             buffer.on_entry(meta.position, meta.kind, meta.txn_id)
         count += len(metas)

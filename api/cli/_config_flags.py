@@ -40,6 +40,8 @@ HELP = {
     "offload_url": "Object store for offloaded ledgers: a directory (file:///dir or a"
     " path) or s3://bucket/prefix (credentials and endpoint from AWS_* variables).",
     "offload_check_interval": "Seconds between background offload passes.",
+    "offload_takeover": "Offload into a prefix another data directory claimed (its"
+    " __txnstream_owner.json marker): only when that one is gone for good.",
     "writer": "Where SQLite writes run: thread (in this process) or process (a child"
     " process, so they do not share the event loop's core).",
     "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",

@@ -59,6 +59,7 @@ async def set_offload(
     responses=responses(404, 409),
 )
 async def run_offload(topic: TopicName, request: Request) -> Response:
-    """Offload every eligible ledger now; answers their ids."""
+    """Offload every eligible ledger now; answers their ids (409 ``conflict`` without an
+    offload URL, or when another data directory claimed the offload prefix)."""
     engine = engine_of(request)
     return ok({"offloaded": await engine.offload(topic)})

@@ -193,10 +193,11 @@ async def _receive(
             if not waiter.done():
                 waiter.cancel()
         await asyncio.gather(task, gone, return_exceptions=True)
-    if task.cancelled() or (task.exception() is not None and gone.done()):
+    client_gone = gone.done() and not gone.cancelled()  # (``gone`` is cancelled above)
+    if task.cancelled() or (task.exception() is not None and client_gone):
         return []
-    messages = task.result()
-    if messages and gone.done() and not gone.cancelled():
+    messages = task.result()  # an unknown topic or subscription raises: 404 at once
+    if messages and client_gone:
         # the client left as the messages arrived: nobody read them, so they go back
         await engine.release(topic, sub, [m.position for m in messages])
         return []

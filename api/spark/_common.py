@@ -224,13 +224,16 @@ class SourceOptions:
 
     def object_url(self, ledger_id: int, recorded: str | None) -> str | None:
         """Where to read offloaded ledger ``ledger_id``: under the ``offloadUrl`` option
-        when set, else its recorded URL."""
+        when set (with the recorded object's file name), else its recorded URL."""
         if self.offload_url is None:
             return recorded
         try:
-            return CommittedReader.object_url(self.offload_url, self.topic, ledger_id)
+            url = CommittedReader.object_url(self.offload_url, self.topic, ledger_id)
         except InvalidArgumentError as exc:
             raise TxnStreamSourceError(f"option offloadUrl: {exc}") from None
+        if recorded is not None:  # its own file name (it names the store that wrote it)
+            url = f"{url.rsplit('/', 1)[0]}/{recorded.rsplit('/', 1)[-1]}"
+        return url
 
     @property
     def where(self) -> str:

@@ -140,9 +140,12 @@ async def test_offloaded_ledgers_read_exactly_like_local_ones(
         with_aborts = [i["ledger"] for i in ledgers if i["has_aborts"]]
         assert len(with_aborts) == 2
         names = objects(offload_url, "t")
+        owner = OffloadStore.owner_of(ledgers[0]["url"])  # the data directory's identity
+        assert owner is not None
+        assert len(owner) == 32
         assert sorted(names) == sorted(
-            [f"{i:020d}.parquet" for i in offloaded]
-            + [f"{i:020d}.aborted.parquet" for i in with_aborts if i in offloaded]
+            [f"{i:020d}-{owner}.parquet" for i in offloaded]
+            + [f"{i:020d}-{owner}.aborted.parquet" for i in with_aborts if i in offloaded]
         )
         stats = await engine.stats("t")
         assert stats["offloaded_ledgers"] == len(offloaded)
@@ -183,7 +186,11 @@ async def test_background_pass_follows_the_policy(tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         assert (await engine.stats("t"))["offloaded_ledgers"] == 0  # no policy yet
         await engine.set_offload("t", after=0, min_local_ledgers=2)
-        await eventually(lambda: len(objects(url, "t")) == 3, "three ledgers offloaded")
+        # (an object is complete before its ledger switches to it: wait for the switch)
+        await eventually(
+            lambda: len(engine._topics["t"].ledger.offloaded) == 3, "three ledgers offloaded"
+        )
+        assert len(objects(url, "t")) == 3
         stats = await engine.stats("t")
         assert stats["offloaded_ledgers"] == 3
         assert stats["offload"] == {"after_ms": 0, "min_local_ledgers": 2}
@@ -309,14 +316,27 @@ async def test_orphan_objects_are_removed_by_the_next_pass(
         await engine.create_topic("t")
         await engine.send_many("t", list(range(2 * LEDGER)))
         assert await engine.offload("t") == [0]
+        owner = OffloadStore.owner_of((await engine.list_ledgers("t"))[0]["url"])
     # an interrupted offload leaves objects no ledger row points to
     store = OffloadStore(offload_url)
+    store.owner = owner
     store.write_ledger("t", 1, [], set(), [])  # ledger 1 is still local
     store.write_ledger("t", 77, [], set(), [])  # no such ledger
-    assert len(objects(offload_url, "t")) == 3
+    # objects this store never recorded as its own: another store's, and one named
+    # before identities existed
+    other = OffloadStore(offload_url)
+    other.owner = "f" * 32
+    other.write_ledger("t", 77, [], set(), [])
+    OffloadStore(offload_url).write_ledger("t", 78, [], set(), [])
+    assert len(objects(offload_url, "t")) == 5
     async with Engine.open(data, config(offload_url)) as engine:
-        assert await engine.offload("t") == [1]  # its orphan replaced; 77 removed
-        assert sorted(objects(offload_url, "t")) == [f"{i:020d}.parquet" for i in range(2)]
+        assert await engine.offload("t") == [1]  # its orphan replaced; its 77 removed
+        assert sorted(objects(offload_url, "t")) == [
+            f"{0:020d}-{owner}.parquet",
+            f"{1:020d}-{owner}.parquet",
+            f"{77:020d}-{'f' * 32}.parquet",
+            f"{78:020d}.parquet",
+        ]
         sub = await engine.subscribe("t", "s")
         assert [m.value for m in await drain_fast(sub)] == list(range(2 * LEDGER))
 

@@ -245,3 +245,17 @@ def test_errors_pickle_and_values_encode() -> None:
     assert wire_message(b"hi") == {"value_b64": "aGk=", "key": None, "properties": {}}
     assert wire_message(None, key="k") == {"value": None, "key": "k", "properties": {}}
     assert message_value(wire_message(b"\xff")) == b"\xff"
+
+
+async def test_a_long_poll_on_an_unknown_subscription_raises_not_found(
+    server_url: str, name: str
+) -> None:
+    async with AsyncClient(server_url) as client:
+        await client.create_topic(name)
+        for topic, sub in ((name, "missing"), (f"{name}-missing", "s")):
+            with pytest.raises(TxnStreamHttpError) as raised:
+                await client.receive(topic, sub, wait_ms=5000)
+            assert (raised.value.status, raised.value.code) == (404, "not_found")
+    with Client(server_url) as sync, pytest.raises(TxnStreamHttpError) as raised:
+        sync.receive(name, "missing", wait_ms=5000)
+    assert raised.value.status == 404

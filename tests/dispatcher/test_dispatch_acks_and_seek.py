@@ -244,3 +244,42 @@ async def test_a_seek_while_a_receive_reads_wins_over_that_read(engine: Engine) 
     got = await asyncio.wait_for(receiving, timeout=5.0)
     # the read that was under way (from m5 on) gave way to the seek
     assert values(got) == [f"m{i}" for i in range(25)]
+
+
+async def test_latest_while_a_transaction_is_open_delivers_it_once_committed(
+    engine: Engine,
+) -> None:
+    """read_committed ``latest`` is the stable position (Kafka's last stable offset):
+    a transaction open when the subscription is created or seeked is delivered once it
+    commits; read_uncommitted ``latest`` is the end of the log."""
+    await _setup(engine, 2)
+    txn = await engine.begin()
+    inside = await txn.send_many("t", ["t0", "t1"])
+    plain = await engine.send("t", "plain")  # after the open transaction's first entry
+    created = await engine.subscribe("t", "created", initial_position="latest")
+    seeked = await engine.subscribe("t", "seeked")
+    await seeked.seek("latest")
+    dirty = await engine.subscribe(
+        "t", "dirty", initial_position="latest", isolation="read_uncommitted"
+    )
+    assert await created.receive(timeout=0.05) == []
+    await txn.commit()
+    after = await engine.send("t", "after")
+    expected = [*sorted([*inside, plain]), after]
+    assert positions(await drain(created)) == expected
+    assert positions(await drain(seeked)) == expected
+    assert positions(await drain(dirty)) == [after]
+
+
+async def test_a_seek_past_the_end_of_an_empty_topic_gets_the_next_message(
+    engine: Engine,
+) -> None:
+    await make_topics(engine, "t")
+    sub = await engine.subscribe("t", "s")
+    await sub.seek(Position(999999999999999999, 0))
+    assert await sub.receive(timeout=0.05) == []
+    new = await engine.send("t", "first")
+    assert positions(await sub.receive(timeout=2.0)) == [new]
+    await sub.seek("999999999999999999:0")  # past the end of a topic that has entries
+    newer = await engine.send("t", "second")
+    assert positions(await sub.receive(timeout=2.0)) == [newer]

@@ -272,6 +272,50 @@ async def test_initial_position_latest(client: httpx.AsyncClient, name: str) -> 
     assert [m["value"] for m in await receive(client, name, "s", wait_ms=1000)] == ["new"]
 
 
+async def test_latest_waits_for_an_open_transaction(client: httpx.AsyncClient, name: str) -> None:
+    """A read_committed subscription created or seeked at ``latest`` while a transaction
+    is open starts at the stable position: the transaction's messages come once it
+    commits."""
+    await make_topic(client, name)
+    await produce(client, name, "old")
+    txn = await begin(client)
+    await produce(client, name, "in-txn", txn=txn)
+    await subscribe(client, name, "created", initial_position="latest")
+    await subscribe(client, name, "seeked")
+    r = await client.post(
+        f"/v1/topics/{name}/subscriptions/seeked/seek", json={"position": "latest"}
+    )
+    assert r.status_code == 200
+    assert (await client.post(f"/v1/transactions/{txn}/commit")).status_code == 200
+    for sub in ("created", "seeked"):
+        got = await receive(client, name, sub, wait_ms=1000)
+        assert [m["value"] for m in got] == ["in-txn"]
+
+
+async def test_seek_past_the_end_of_an_empty_topic(client: httpx.AsyncClient, name: str) -> None:
+    await make_topic(client, name)
+    await subscribe(client, name, "s")
+    r = await client.post(
+        f"/v1/topics/{name}/subscriptions/s/seek", json={"position": "999999999999999999:0"}
+    )
+    assert r.status_code == 200
+    await produce(client, name, "first")
+    assert [m["value"] for m in await receive(client, name, "s", wait_ms=2000)] == ["first"]
+
+
+@pytest.mark.parametrize("wait_ms", [0, 5000])
+async def test_a_poll_on_an_unknown_topic_or_subscription_is_404_at_once(
+    client: httpx.AsyncClient, name: str, wait_ms: int
+) -> None:
+    await make_topic(client, name)
+    for path in (f"/v1/topics/{name}-x/subscriptions/s", f"/v1/topics/{name}/subscriptions/x"):
+        started = time.monotonic()
+        r = await client.get(f"{path}/messages", params={"wait_ms": wait_ms})
+        assert r.status_code == 404, r.text
+        assert r.json()["error"]["code"] == "not_found"
+        assert time.monotonic() - started < 2.0
+
+
 async def test_delete_subscription(client: httpx.AsyncClient, name: str) -> None:
     await make_topic(client, name)
     await subscribe(client, name, "s")

@@ -63,7 +63,7 @@ async def test_listing_policy_and_run(tiered: httpx.AsyncClient) -> None:
     assert run.json() == {"offloaded": [0, 1]}
     listing = (await http.get("/v1/topics/t/ledgers")).json()["ledgers"]
     assert [i["location"] for i in listing] == ["remote", "remote", "local", "local"]
-    assert listing[0]["url"].endswith("/t/00000000000000000000.parquet")
+    assert re.search(r"/t/00000000000000000000-[0-9a-f]{32}\.parquet$", listing[0]["url"])
     stats = (await http.get("/v1/topics/t/stats")).json()
     assert stats["offloaded_ledgers"] == 2
     assert stats["entries"] == 13
