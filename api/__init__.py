@@ -6,9 +6,10 @@ Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpack
 exports. ``txnstream`` itself re-exports this surface.
 """
 
-from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
+import importlib
+import typing
+
 from txnstream.ledger import (
-    DB_FILE,
     AckConflictError,
     ClosedError,
     ConflictError,
@@ -40,16 +41,62 @@ from txnstream.ledger import (
     TxnStreamHttpError,
     TxnStreamSourceError,
     TxnStreamTransportError,
-    validate_name,
 )
-from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
-from ._config import EngineConfig
-from ._core import EngineState, Health, Principal, ProduceResult
-from ._engine import Engine
-from ._handles import SubscriptionHandle, Transaction
-from ._replay_check import TopicReplay, replay_check
-from ._stats import RecoverySummary, TopicStats
+if typing.TYPE_CHECKING:
+    from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
+    from txnstream.ledger import DB_FILE, validate_name
+    from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
+
+    from ._config import EngineConfig
+    from ._core import EngineState, Health, Principal, ProduceResult
+    from ._engine import Engine
+    from ._handles import SubscriptionHandle, Transaction
+    from ._replay_check import TopicReplay, replay_check
+    from ._stats import RecoverySummary, TopicStats
+
+# PEP 562 (see ``txnstream.ledger``): positions and the error tree load with the package,
+# the engine and its value types on first use, so ``txnstream.api.client`` and the CLI's
+# client commands start without SQLite, the engine or its dependencies.
+_LAZY: dict[str, str] = {
+    "AbortedTxnRange": "txnstream.dispatcher",
+    "FetchedEntry": "txnstream.dispatcher",
+    "FetchResult": "txnstream.dispatcher",
+    "Message": "txnstream.dispatcher",
+    "DB_FILE": "txnstream.ledger",
+    "validate_name": "txnstream.ledger",
+    "CommittedReader": "txnstream.txn_buffer",
+    "CommittedView": "txnstream.txn_buffer",
+    "FinishResult": "txnstream.txn_buffer",
+    "TxnInfo": "txnstream.txn_buffer",
+    "TxnState": "txnstream.txn_buffer",
+    "EngineConfig": "._config",
+    "EngineState": "._core",
+    "Health": "._core",
+    "Principal": "._core",
+    "ProduceResult": "._core",
+    "Engine": "._engine",
+    "SubscriptionHandle": "._handles",
+    "Transaction": "._handles",
+    "TopicReplay": "._replay_check",
+    "replay_check": "._replay_check",
+    "RecoverySummary": "._stats",
+    "TopicStats": "._stats",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AbortedTxnRange",

@@ -13,32 +13,69 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
-from txnstream.api.client import Client
 
-UrlOption = Annotated[
-    str,
-    typer.Option(
-        "--url", envvar="TXNSTREAM_URL", metavar="URL", help="Server URL.", show_envvar=True
-    ),
-]
-TokenOption = Annotated[
-    str | None,
-    typer.Option(
+if TYPE_CHECKING:
+    from txnstream.api.client import Client
+
+
+def _given_before(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """A connection option not given after the command takes what the root has: the same
+    option given before the command (``txnstream --url URL topics list``, as in rpk and
+    kubectl), else its environment variable, else its default."""
+    source = ctx.get_parameter_source(param.name or "")
+    if source is not None and source.name == "COMMANDLINE":
+        return value
+    return ctx.find_root().params.get(param.name or "", value)
+
+
+def _url(root: bool) -> Any:
+    return typer.Option(
+        "--url",
+        envvar="TXNSTREAM_URL",
+        metavar="URL",
+        show_envvar=True,
+        callback=None if root else _given_before,
+        help="Server URL.",
+    )
+
+
+def _token(root: bool) -> Any:
+    return typer.Option(
         "--token",
         envvar="TXNSTREAM_TOKEN",
         metavar="TOKEN",
         show_envvar=True,
+        callback=None if root else _given_before,
         help="Bearer token for a server run with --auth.",
-    ),
+    )
+
+
+def _json(root: bool) -> Any:
+    # A flag: no value after it (typer's rich help would print "<bool>" for it, which read
+    # as if it took one; the app uses click's plain help, which shows flags bare).
+    return typer.Option(
+        "--json",
+        callback=None if root else _given_before,
+        help="Print JSON Lines: one object per line (a listing: one per item).",
+    )
+
+
+# The connection options of every client command; the root takes them too (RootUrlOption,
+# ...), so they may come before the command or after it (after wins).
+UrlOption = Annotated[str, _url(root=False)]
+TokenOption = Annotated[str | None, _token(root=False)]
+JsonOption = Annotated[bool, _json(root=False)]
+RootUrlOption = Annotated[str, _url(root=True)]
+RootTokenOption = Annotated[str | None, _token(root=True)]
+RootJsonOption = Annotated[bool, _json(root=True)]
+NoHeaderOption = Annotated[
+    bool, typer.Option("--no-header", help="Leave out the header line of the listing.")
 ]
-# A flag: no value after it (typer's rich help would print "<bool>" for it, which read
-# as if it took one; the app uses click's plain help, which shows flags bare).
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
 FormatOption = Annotated[
     str | None,
     typer.Option(
@@ -96,6 +133,12 @@ def retriable(exc: Exception) -> bool:
 def connect(url: str, token: str | None = None) -> Iterator[Client]:
     """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
     it and exits 1."""
+    # httpx's own command line (httpx._main) imports click, rich and pygments whenever they
+    # are installed, as they are beside typer: ~50 ms of every client command's start,
+    # for a module this process never runs. A None entry makes httpx skip it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    from txnstream.api.client import Client  # httpx loads for the commands that talk
+
     try:
         with Client(url, token=token or None) as client:
             yield client

@@ -40,13 +40,13 @@ def topics_create(
 def topics_list(
     url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
 ) -> None:
-    """List topics, one per line."""
+    """List topics, one name per line (--json: one {"topic": NAME} per line)."""
     with connect(url, token) as client:
         names = client.list_topics()
-    if as_json:
-        print_json({"topics": names})
-    else:
-        for name in names:
+    for name in names:
+        if as_json:
+            print_json({"topic": name})
+        else:
             typer.echo(name)
 
 

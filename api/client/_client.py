@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from . import _calls as calls
-from ._calls import Body, Call, PositionLike, answer, unreachable
+from ._calls import Body, Call, PositionLike, TimestampLike, answer, unreachable
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Client"]
 
@@ -206,9 +206,17 @@ class Client(_Settings):
         """Redeliver ``positions``."""
         return self._send(calls.nack(topic, subscription, positions))
 
-    def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
-        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
-        return self._send(calls.seek(topic, subscription, position))
+    def seek(
+        self,
+        topic: str,
+        subscription: str,
+        position: PositionLike | None = None,
+        *,
+        timestamp: TimestampLike | None = None,
+    ) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``), or to the first
+        message published at or after ``timestamp``; the answer names where it went."""
+        return self._send(calls.seek(topic, subscription, position, timestamp))
 
     def fetch(
         self,
@@ -217,9 +225,15 @@ class Client(_Settings):
         *,
         max: int | None = None,
         isolation: str | None = None,
+        timestamp: TimestampLike | None = None,
     ) -> Body:
-        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
-        return self._send(calls.fetch(topic, start, max, isolation))
+        """Raw entries from ``start`` (the query's ``from``), or from the first entry
+        published at or after ``timestamp``, with the aborted list."""
+        return self._send(calls.fetch(topic, start, max, isolation, timestamp))
+
+    def list_ledgers(self, topic: str) -> list[Body]:
+        """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
+        return self._send(calls.list_ledgers(topic))
 
 
 class AsyncClient(_Settings):
@@ -379,9 +393,17 @@ class AsyncClient(_Settings):
         """Redeliver ``positions``."""
         return await self._send(calls.nack(topic, subscription, positions))
 
-    async def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
-        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
-        return await self._send(calls.seek(topic, subscription, position))
+    async def seek(
+        self,
+        topic: str,
+        subscription: str,
+        position: PositionLike | None = None,
+        *,
+        timestamp: TimestampLike | None = None,
+    ) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``), or to the first
+        message published at or after ``timestamp``; the answer names where it went."""
+        return await self._send(calls.seek(topic, subscription, position, timestamp))
 
     async def fetch(
         self,
@@ -390,6 +412,12 @@ class AsyncClient(_Settings):
         *,
         max: int | None = None,
         isolation: str | None = None,
+        timestamp: TimestampLike | None = None,
     ) -> Body:
-        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
-        return await self._send(calls.fetch(topic, start, max, isolation))
+        """Raw entries from ``start`` (the query's ``from``), or from the first entry
+        published at or after ``timestamp``, with the aborted list."""
+        return await self._send(calls.fetch(topic, start, max, isolation, timestamp))
+
+    async def list_ledgers(self, topic: str) -> list[Body]:
+        """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
+        return await self._send(calls.list_ledgers(topic))

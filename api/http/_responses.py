@@ -472,7 +472,10 @@ class SeekResponse(BaseModel):
 
     model_config = _examples({"position": "0:15"})
 
-    position: str = Field(description="The position sought, as given.")
+    position: str = Field(
+        description="The position sought, as given; for a timestamp, the position it found"
+        " ('latest' if nothing was published at or after it)."
+    )
 
 
 class FetchedEntryOut(BaseModel):
