@@ -17,9 +17,10 @@ early exit), so neither the file nor the timing gives a token away.
 :class:`AuthMiddleware` (pure ASGI, outside the edge middleware) decides every request
 from its method, path and ``Authorization: Bearer`` header alone, before any work and
 before the body is read. :data:`RULES` is the one route -> permission table: ``/v1/health``
-is open, ``/metrics`` is for admins, topic routes need an action on the topic named in
-the path, and everything else (transactions, the topic list, ``/docs``,
-``/openapi.json``, unknown routes) needs a known token. Transactions are checked by
+is open (so are the console's pages, ``/docs``, ``/redoc`` and ``/openapi.json``: no
+data in them), ``/metrics`` is for admins, topic routes need an action on the topic named
+in the path, and everything else (transactions, the topic list, unknown routes) needs a
+known token. Transactions are checked by
 owner in the engine (the route passes ``principal=``); ``GET /v1/topics`` lists only
 the topics a principal has a grant on.
 """
@@ -253,6 +254,10 @@ RULES: list[tuple[str, re.Pattern[str], str | tuple[str, ...]]] = [
         # to a page load); the fragments they fetch with the page's token do: admin.
         ("GET", r"/ui/?|/ui/transactions|/ui/topics/[^/]+|/ui/static/[^/]+", OPEN),
         ("GET", r"/ui/fragments/.*", ADMIN),
+        # The API's description and its docs pages hold no data either; the docs ask for
+        # the token (Swagger UI's Authorize) and send it with the requests they try.
+        ("GET", r"/|/openapi\.json|/docs|/docs/oauth2-redirect|/redoc", OPEN),
+        ("GET", r"/static-offline-docs/.+", OPEN),
         # its topics are in the body: the route checks each with require_topics()
         ("POST", r"/v1/batches", AUTHENTICATED),
         ("PUT", _TOPIC, ("manage",)),
@@ -275,7 +280,7 @@ RULES: list[tuple[str, re.Pattern[str], str | tuple[str, ...]]] = [
 """``(method, path, need)``: ``need`` is :data:`OPEN`, :data:`ADMIN` or the actions of
 which one is needed on the path's topic. A request no rule names needs a known token
 (:data:`AUTHENTICATED`): transactions (the engine checks their owner), the topic list
-(filtered by grants), ``/docs``, ``/openapi.json``. A test checks that every route of the
+(filtered by grants). A test checks that every route of the
 app with a topic in its path has a rule here."""
 
 
