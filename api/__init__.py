@@ -48,7 +48,7 @@ if typing.TYPE_CHECKING:
     from txnstream.ledger import DB_FILE, validate_name
     from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
 
-    from ._config import EngineConfig
+    from ._config import EngineConfig, RetentionPolicy
     from ._core import EngineState, Health, Principal, ProduceResult
     from ._engine import Engine
     from ._handles import SubscriptionHandle, Transaction
@@ -71,6 +71,7 @@ _LAZY: dict[str, str] = {
     "TxnInfo": "txnstream.txn_buffer",
     "TxnState": "txnstream.txn_buffer",
     "EngineConfig": "._config",
+    "RetentionPolicy": "._config",
     "EngineState": "._core",
     "Health": "._core",
     "Principal": "._core",
@@ -134,6 +135,7 @@ __all__ = [
     "ProduceResult",
     "RecoverySummary",
     "RemoteStorageError",
+    "RetentionPolicy",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

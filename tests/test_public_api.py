@@ -69,6 +69,7 @@ DOCUMENTED_API = [
     "ProduceResult",
     "RecoverySummary",
     "RemoteStorageError",
+    "RetentionPolicy",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",

@@ -212,6 +212,26 @@ def parse_duration_ms(text: str, *, option: str) -> int:
     return round(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+
+def parse_size_bytes(text: str, *, option: str) -> int:
+    """Bytes of a size like ``10GiB``, ``500MB``, ``64k`` or ``1024``: ``KiB``... are powers
+    of 1024, ``KB``/``k``... of 1000.
+
+    >>> parse_size_bytes("10GiB", option="--x"), parse_size_bytes("1.5k", option="--x")
+    (10737418240, 1500)
+    """
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        usage(f"{option} wants a size like 500MB, 10GiB or 1024 (bytes); got {text!r}")
+    number, unit = found.group(1), (found.group(2) or "").lower()
+    base = 1024 if "i" in unit else 1000
+    scale = _SIZE_UNITS[unit[:1]] if base == 1000 else base ** ("kmgt".index(unit[0]) + 1)
+    return round(float(number) * scale)
+
+
 def human_duration(seconds: float) -> str:
     """``seconds`` as ``2h05m``, ``5m12s``, ``42s`` (whole seconds, never negative).
 

@@ -30,7 +30,9 @@ from typing import Annotated, Any
 
 import typer
 
-from txnstream.api import EngineConfig
+from txnstream.api import EngineConfig, RetentionPolicy
+
+from ._common import parse_duration_ms, parse_size_bytes
 
 HELP = {
     "durability": "full (survives power loss) or normal (survives kill -9).",
@@ -55,6 +57,8 @@ HELP = {
     "writer": "Where SQLite writes run: thread (in this process) or process (a child"
     " process, so they do not share the event loop's core).",
     "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
+    "default_retention": "Retention of topics without their own: an age (7d), a size"
+    " (10GiB) or both (7d,10GiB); acknowledged sealed ledgers beyond it are deleted.",
 }
 """One line of help per field (a test checks every field has one)."""
 
@@ -83,6 +87,24 @@ def config_fields() -> list[tuple[str, Any]]:
     return out
 
 
+def parse_retention(text: str) -> RetentionPolicy:
+    """``--default-retention``'s value: ``7d``, ``10GiB`` or ``7d,10GiB``."""
+    age: float | None = None
+    size: int | None = None
+    for part in (p.strip() for p in text.split(",")):
+        if part[-1:].lower() in ("s", "m", "h", "d") and not part.lower().endswith(("b", "ib")):
+            age = parse_duration_ms(part, option="--default-retention") / 1000
+        else:
+            size = parse_size_bytes(part, option="--default-retention")
+    return RetentionPolicy(max_age=age, max_bytes=size)
+
+
+PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "default_retention": ("SPEC", parse_retention),
+}
+"""Fields whose flag takes text made into the field's type (metavar, parser)."""
+
+
 def _engine_options() -> list[tuple[str, Any]]:
     """``(name, annotated hint)`` of the flag of every :class:`EngineConfig` field."""
     out = []
@@ -92,8 +114,14 @@ def _engine_options() -> list[tuple[str, Any]]:
         decls = [f"{flag}/--no-{flag[2:]}"] if base is bool else [flag]
         default = SERVE_DEFAULTS.get(name, getattr(defaults, name))
         # The default is None (unset: the config's own applies), so say it in the help.
-        option = typer.Option(*decls, help=f"{HELP[name]} [default: {default}]")
-        out.append((name, Annotated[base | None, option]))
+        help_text = f"{HELP[name]} [default: {default}]"
+        if name in PARSED:
+            metavar, _ = PARSED[name]
+            option = typer.Option(*decls, metavar=metavar, help=help_text)
+            out.append((name, Annotated[str | None, option]))
+        else:
+            option = typer.Option(*decls, help=help_text)
+            out.append((name, Annotated[base | None, option]))
     return out
 
 
@@ -186,6 +214,9 @@ def serve_options(command: Callable[..., None]) -> Callable[..., None]:
         settings = {n: kwargs.pop(n) for n in names if kwargs.get(n) is not None}
         for n in names:
             kwargs.pop(n, None)
+        for n, (_, parse) in PARSED.items():
+            if n in settings:
+                settings[n] = parse(settings[n])
         command(**kwargs, engine_settings=settings)
 
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]

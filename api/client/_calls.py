@@ -286,5 +286,10 @@ def fetch(
     return Call("GET", f"{_topic(topic)}/fetch", _body, params=params)
 
 
+def set_retention(topic: str, time_ms: int | None, size_bytes: int | None) -> Call[Body]:
+    body = {"time_ms": time_ms, "size_bytes": size_bytes}
+    return Call("PUT", f"{_topic(topic)}/retention", _body, json=body)
+
+
 def list_ledgers(topic: str) -> Call[list[Body]]:
     return Call("GET", f"{_topic(topic)}/ledgers", _listed("ledgers"))

@@ -231,6 +231,12 @@ class Client(_Settings):
         published at or after ``timestamp``, with the aborted list."""
         return self._send(calls.fetch(topic, start, max, isolation, timestamp))
 
+    def set_retention(
+        self, topic: str, *, time_ms: int | None = None, size_bytes: int | None = None
+    ) -> Body:
+        """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
+        return self._send(calls.set_retention(topic, time_ms, size_bytes))
+
     def list_ledgers(self, topic: str) -> list[Body]:
         """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
         return self._send(calls.list_ledgers(topic))
@@ -417,6 +423,12 @@ class AsyncClient(_Settings):
         """Raw entries from ``start`` (the query's ``from``), or from the first entry
         published at or after ``timestamp``, with the aborted list."""
         return await self._send(calls.fetch(topic, start, max, isolation, timestamp))
+
+    async def set_retention(
+        self, topic: str, *, time_ms: int | None = None, size_bytes: int | None = None
+    ) -> Body:
+        """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
+        return await self._send(calls.set_retention(topic, time_ms, size_bytes))
 
     async def list_ledgers(self, topic: str) -> list[Body]:
         """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""

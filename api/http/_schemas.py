@@ -309,10 +309,45 @@ class SeekRequest(_Request):
         return self.position
 
 
-class TopicRequest(_Request):
-    """Optional body of ``PUT /v1/topics/{topic}``; no settings yet."""
+MAX_RETENTION_MS = 100 * 365 * 86_400_000
 
-    model_config = _examples({}, strict=True)
+
+class RetentionRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/retention``: null (or left out) is no limit."""
+
+    model_config = _examples({"time_ms": 604800000, "size_bytes": 10737418240}, strict=True)
+
+    time_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=1,
+            le=MAX_RETENTION_MS,
+            description="Delete a sealed ledger once it is older than this (and acknowledged"
+            " by every subscription).",
+        ),
+    ] = None
+    size_bytes: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=2**63 - 1,
+            description="Delete the oldest sealed ledgers while the topic holds more bytes"
+            " (acknowledged ones only).",
+        ),
+    ] = None
+
+
+class TopicRequest(RetentionRequest):
+    """Optional body of ``PUT /v1/topics/{topic}``: the topic's retention, as
+    ``PUT .../retention`` takes it (applied whether or not the topic existed)."""
+
+    model_config = _examples({}, {"time_ms": 604800000}, strict=True)
+
+    def retention(self) -> RetentionRequest | None:
+        """The retention the body sets, if it names any."""
+        if not self.model_fields_set & {"time_ms", "size_bytes"}:
+            return None
+        return RetentionRequest(time_ms=self.time_ms, size_bytes=self.size_bytes)
 
 
 MAX_OFFLOAD_AFTER_MS = 100 * 365 * 86_400_000

@@ -105,3 +105,30 @@ def test_client_errors(cli: Any) -> None:
     assert cli("--help").stdout.count("serve") >= 1
     usage = cli("produce", ok=False)
     assert usage.returncode == 2
+
+
+def test_topics_retention(cli: Any, name: str) -> None:
+    """Issue 31 item 10: ``topics retention T --time 7d --size 10GiB``."""
+    cli("topics", "create", name)
+    assert cli("topics", "retention", name).stdout.strip() == (
+        f"retention of {name}: keep everything"
+    )
+    shown = cli("topics", "retention", name, "--time", "7d", "--size", "10GiB").stdout
+    assert shown.strip() == f"retention of {name}: time 604800000 ms, size 10737418240 bytes"
+    stats = json.loads(cli("topics", "stats", name, "--json").stdout)
+    assert stats["retention"]["time_ms"] == 604_800_000
+    assert stats["retention"]["size_bytes"] == 10 * 1024**3
+    assert "retention: time 604800000 ms" in cli("topics", "stats", name).stdout
+    off = json.loads(cli("topics", "retention", name, "--time", "off", "--json").stdout)
+    assert off == {"topic": name, "time_ms": None, "size_bytes": None}
+    for bad in (("--time", "soon"), ("--size", "lots"), ("--time", "0s")):
+        assert cli("topics", "retention", name, *bad, ok=False).returncode == 2, bad
+
+
+def test_default_retention_spec() -> None:
+    from txnstream.api import RetentionPolicy
+    from txnstream.api.cli._config_flags import parse_retention
+
+    assert parse_retention("7d,10GiB") == RetentionPolicy(max_age=604_800, max_bytes=10 * 1024**3)
+    assert parse_retention("12h") == RetentionPolicy(max_age=43_200)
+    assert parse_retention("500MB") == RetentionPolicy(max_bytes=500_000_000)

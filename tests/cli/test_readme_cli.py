@@ -2,8 +2,9 @@
 
 Both ``sh`` blocks are taken from README.md itself ("The same over HTTP", then "Command
 line") and run by bash with ``set -euo pipefail`` against a fresh server: only the
-server's address is changed (``$B``, ``TXNSTREAM_URL`` and the address the CLI block names). The CLI block ends with a
-``consume ... --follow``, which is stopped with Ctrl-C (SIGINT) once it has printed.
+server's address is changed (``$B``, ``TXNSTREAM_URL`` and the address the CLI block
+names). The CLI block ends with a ``consume ... --follow``, which is stopped with Ctrl-C
+(SIGINT) once it has printed.
 """
 
 from __future__ import annotations
