@@ -6,7 +6,6 @@ Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpack
 exports. ``txnstream`` itself re-exports this surface.
 """
 
-import importlib
 import typing
 
 from txnstream.ledger import (
@@ -42,6 +41,7 @@ from txnstream.ledger import (
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
+from txnstream.ledger import lazy_attributes as _lazy_attributes
 
 if typing.TYPE_CHECKING:
     from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
@@ -84,19 +84,6 @@ _LAZY: dict[str, str] = {
     "RecoverySummary": "._stats",
     "TopicStats": "._stats",
 }
-
-
-def __getattr__(name: str) -> typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
 
 
 __all__ = [
@@ -156,3 +143,5 @@ __all__ = [
     "replay_check",
     "validate_name",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

@@ -3,7 +3,6 @@
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
-import importlib
 import typing
 
 from ._entry import Entry, EntryKind, OutgoingMessage, TxnId
@@ -37,6 +36,7 @@ from ._errors import (
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
+from ._lazy import lazy_attributes
 from ._position import Position
 
 if typing.TYPE_CHECKING:
@@ -107,19 +107,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
@@ -180,6 +167,7 @@ __all__ = [
     "encode_value",
     "encode_value_payloads",
     "json_text",
+    "lazy_attributes",
     "ms_to_datetime",
     "normalize_url",
     "now_ms",
@@ -191,3 +179,5 @@ __all__ = [
     "validate_name",
     "value_packer",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

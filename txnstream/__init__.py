@@ -8,8 +8,9 @@ layers are subpackages: ``txnstream.ledger`` <- ``txnstream.txn_buffer`` <-
 ``txnstream.api.http``, ``.client``, ``.cli`` and ``.spark``).
 """
 
-import importlib
 import typing
+
+from txnstream.ledger import lazy_attributes as _lazy_attributes
 
 if typing.TYPE_CHECKING:
     from txnstream.api import (
@@ -71,20 +72,6 @@ if typing.TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> typing.Any:
-    # Lazily, as txnstream.api loads its names: ``import txnstream.api.client`` (and the
-    # command line) must not load the engine through this package's ``__init__``.
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("txnstream.api"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
 __all__ = [
     "AbortedTxnRange",
     "AckConflictError",
@@ -142,3 +129,7 @@ __all__ = [
     "replay_check",
     "validate_name",
 ]
+
+# Lazily, as txnstream.api loads its names: ``import txnstream.api.client`` (and the
+# command line) must not load the engine through this package's ``__init__``.
+__getattr__, __dir__ = _lazy_attributes(__name__, dict.fromkeys(__all__, "txnstream.api"), __all__)

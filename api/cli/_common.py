@@ -33,24 +33,24 @@ def _given_before(ctx: typer.Context, param: typer.CallbackParam, value: Any) ->
     return ctx.find_root().params.get(param.name or "", value)
 
 
+def _client_option(flag: str, root: bool, **settings: Any) -> Any:
+    """One connection option: on the root as given, on a command reading the root's."""
+    return typer.Option(flag, callback=None if root else _given_before, **settings)
+
+
 def _url(root: bool) -> Any:
-    return typer.Option(
-        "--url",
-        envvar="TXNSTREAM_URL",
-        metavar="URL",
-        show_envvar=True,
-        callback=None if root else _given_before,
-        help="Server URL.",
+    return _client_option(
+        "--url", root, envvar="TXNSTREAM_URL", metavar="URL", show_envvar=True, help="Server URL."
     )
 
 
 def _token(root: bool) -> Any:
-    return typer.Option(
+    return _client_option(
         "--token",
+        root,
         envvar="TXNSTREAM_TOKEN",
         metavar="TOKEN",
         show_envvar=True,
-        callback=None if root else _given_before,
         help="Bearer token for a server run with --auth.",
     )
 
@@ -58,10 +58,8 @@ def _token(root: bool) -> Any:
 def _json(root: bool) -> Any:
     # A flag: no value after it (typer's rich help would print "<bool>" for it, which read
     # as if it took one; the app uses click's plain help, which shows flags bare).
-    return typer.Option(
-        "--json",
-        callback=None if root else _given_before,
-        help="Print JSON Lines: one object per line (a listing: one per item).",
+    return _client_option(
+        "--json", root, help="Print JSON Lines: one object per line (a listing: one per item)."
     )
 
 
