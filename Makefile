@@ -6,6 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 DEV_STAMP := $(VENV)/.installed-dev
+# `make serve PORT=8081 DATA=./other` serves another port or data directory.
+HOST ?= 127.0.0.1
+PORT ?= 8080
+DATA ?= ./data
 
 .PHONY: install install-serve serve test check format bench bench-peers clean
 
@@ -26,7 +30,7 @@ install-serve: $(SERVE_STAMP)
 install: $(DEV_STAMP)
 
 serve: install-serve
-	$(BIN)/txnstream serve --data ./data --host 127.0.0.1 --port 8080
+	$(BIN)/txnstream serve --data $(DATA) --host $(HOST) --port $(PORT)
 
 check: install
 	$(BIN)/ruff format --check .

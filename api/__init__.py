@@ -6,9 +6,9 @@ Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpack
 exports. ``txnstream`` itself re-exports this surface.
 """
 
-from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
+import typing
+
 from txnstream.ledger import (
-    DB_FILE,
     AckConflictError,
     ClosedError,
     ConflictError,
@@ -42,18 +42,57 @@ from txnstream.ledger import (
     TxnStreamHttpError,
     TxnStreamSourceError,
     TxnStreamTransportError,
-    validate_name,
 )
-from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
+from txnstream.ledger import lazy_attributes as _lazy_attributes
 
-from ._config import EngineConfig
-from ._core import EngineState, Health, Principal, ProduceResult
-from ._engine import Engine
-from ._grants import OPERATIONS, PERMISSIONS, Grant
-from ._handles import SubscriptionHandle, Transaction
-from ._offsets import TopicOffsets
-from ._replay_check import TopicReplay, replay_check
-from ._stats import RecoverySummary, TopicStats
+if typing.TYPE_CHECKING:
+    from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
+    from txnstream.ledger import DB_FILE, validate_name
+    from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
+
+    from ._config import EngineConfig, RetentionPolicy
+    from ._core import EngineState, Health, Principal, ProduceResult
+    from ._engine import Engine
+    from ._grants import OPERATIONS, PERMISSIONS, Grant
+    from ._handles import SubscriptionHandle, Transaction
+    from ._offsets import TopicOffsets
+    from ._replay_check import TopicReplay, replay_check
+    from ._stats import RecoverySummary, TopicStats
+
+# PEP 562 (see ``txnstream.ledger``): positions and the error tree load with the package,
+# the engine and its value types on first use, so ``txnstream.api.client`` and the CLI's
+# client commands start without SQLite, the engine or its dependencies.
+_LAZY: dict[str, str] = {
+    "AbortedTxnRange": "txnstream.dispatcher",
+    "FetchedEntry": "txnstream.dispatcher",
+    "FetchResult": "txnstream.dispatcher",
+    "Message": "txnstream.dispatcher",
+    "DB_FILE": "txnstream.ledger",
+    "validate_name": "txnstream.ledger",
+    "CommittedReader": "txnstream.txn_buffer",
+    "CommittedView": "txnstream.txn_buffer",
+    "FinishResult": "txnstream.txn_buffer",
+    "TxnInfo": "txnstream.txn_buffer",
+    "TxnState": "txnstream.txn_buffer",
+    "EngineConfig": "._config",
+    "RetentionPolicy": "._config",
+    "EngineState": "._core",
+    "Health": "._core",
+    "Principal": "._core",
+    "ProduceResult": "._core",
+    "Engine": "._engine",
+    "OPERATIONS": "._grants",
+    "PERMISSIONS": "._grants",
+    "Grant": "._grants",
+    "TopicOffsets": "._offsets",
+    "SubscriptionHandle": "._handles",
+    "Transaction": "._handles",
+    "TopicReplay": "._replay_check",
+    "replay_check": "._replay_check",
+    "RecoverySummary": "._stats",
+    "TopicStats": "._stats",
+}
+
 
 __all__ = [
     "AbortedTxnRange",
@@ -96,6 +135,7 @@ __all__ = [
     "ProduceResult",
     "RecoverySummary",
     "RemoteStorageError",
+    "RetentionPolicy",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",
@@ -117,3 +157,5 @@ __all__ = [
     "replay_check",
     "validate_name",
 ]
+
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

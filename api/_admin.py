@@ -106,7 +106,7 @@ class TopicAdmin(EngineCore):
             topic,
             self.subscriptions.of_topic(name),
             self._snapshots.get(topic.topic_id),
-            self._retention.get(name),
+            self._retention.get(name, self.config.default_retention),
             min(started) if started else None,
             blocking,
             self._offload.get(name),
@@ -124,7 +124,8 @@ class TopicAdmin(EngineCore):
         max_bytes: int | None = None,
         require_ack: bool = True,
     ) -> None:
-        """Set ``topic``'s retention policy (None for both keeps everything)."""
+        """Set ``topic``'s retention policy (None for both keeps everything, whatever
+        ``EngineConfig.default_retention`` says)."""
         owner = self._topic(topic)
         try:
             policy = RetentionPolicy(max_age, max_bytes, require_ack)
@@ -144,7 +145,7 @@ class TopicAdmin(EngineCore):
             return await self._apply_retention_locked(topic)
 
     async def _apply_retention_locked(self, topic: Topic) -> int:
-        policy = self._retention.get(topic.name)
+        policy = self._retention.get(topic.name, self.config.default_retention)
         if policy is None or topic.deleted:
             return 0
         state = self._snapshots.get(topic.topic_id)

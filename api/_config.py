@@ -65,6 +65,9 @@ class EngineConfig:
     with a busy event loop, and a flush is written while the loop runs on; ``serve`` uses
     it. Same durability either way. The process adds ~25 ms to each open; with concurrent
     producers it writes faster (8 producers of transactions: ~1.3x the thread)."""
+    default_retention: RetentionPolicy | None = None
+    """The retention of topics that have no policy of their own (``set_retention``; a
+    topic set to keep everything keeps everything). None: keep everything."""
     gc_freeze: bool = True
     """Keep CPython's full garbage collections short: pause automatic collection while
     recovering, then :func:`gc.freeze` what exists once open (undone when the last such
@@ -99,6 +102,10 @@ class EngineConfig:
                 raise ValueError(f"{name} must be positive")
         if self.min_free_bytes < 0:
             raise ValueError("min_free_bytes must not be negative")
+        if self.default_retention is not None and not isinstance(
+            self.default_retention, RetentionPolicy
+        ):
+            raise ValueError("default_retention must be a RetentionPolicy or None")
         if self.default_txn_timeout > self.max_txn_timeout:
             raise ValueError("default_txn_timeout exceeds max_txn_timeout")
         if self.offload_url is not None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
-from txnstream.dispatcher import FetchResult, Isolation, Message, Subscription, fetch
+from txnstream.dispatcher import FetchResult, Isolation, Message, Subscription, fetch, position_at
 from txnstream.ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
 from txnstream.txn_buffer import PendingAck
 
@@ -144,16 +145,28 @@ class Consuming(EngineCore):
         closed as they were sent): delivered again first, not counted as redeliveries."""
         self._subscription(topic, subscription).release(parse_positions(positions))
 
-    async def seek(self, topic: str, subscription: str, position: Position | str) -> None:
-        """Reset the cursor: before ``position`` acknowledged, from it on not."""
+    async def seek(
+        self, topic: str, subscription: str, position: Position | str | datetime
+    ) -> Position | str:
+        """Reset the cursor: before ``position`` acknowledged, from it on not.
+
+        ``position`` is a :class:`Position` (or ``"L:E"``), ``"earliest"``, ``"latest"``,
+        or a time zone aware :class:`~datetime.datetime`: the first entry published at or
+        after it (``"latest"`` if none was). Returns where the cursor went.
+        """
         sub = self._subscription(topic, subscription)
-        target: Position | str = position
-        if position not in ("earliest", "latest"):
+        target: Position | str
+        if isinstance(position, datetime):
+            target = await position_at(self._topic(topic), position) or "latest"
+        elif position in ("earliest", "latest"):
+            target = str(position)
+        else:
             target = Position.coerce(position)
         sub.seek(target)
         batch = WriteBatch()
         sub.prepare_cursor_write(batch)
         await self.store.write(batch)
+        return target
 
     async def delete_subscription(self, topic: str, subscription: str) -> None:
         """Delete a subscription and its cursor."""
@@ -168,7 +181,7 @@ class Consuming(EngineCore):
     async def fetch(
         self,
         topic: str,
-        start: Position | str | None = None,
+        start: Position | str | datetime | None = None,
         *,
         max: int = 1000,
         isolation: str = "read_committed",
@@ -180,14 +193,21 @@ class Consuming(EngineCore):
         read_committed returns entries at or below the stable position; ``aborted``
         names exactly the aborted transactions with data entries in the result. With
         ``max_bytes``, the entries hold at most that many stored bytes (at least one).
-        With a ``principal``, read_uncommitted needs its ``read_uncommitted``.
+        With a ``principal``, read_uncommitted needs its ``read_uncommitted``. A time zone
+        aware :class:`~datetime.datetime` ``start`` starts at the first entry published at
+        or after it (none: an empty result whose ``next`` is the end).
         """
         _check_max_bytes(max_bytes)
         if isolation == "read_uncommitted":
             _check_uncommitted(principal, topic)
-        return await fetch(
-            self._topic(topic), start, max=max, isolation=isolation, max_bytes=max_bytes
-        )
+        owner = self._topic(topic)
+        if isinstance(start, datetime):
+            found = await position_at(owner, start)
+            last = owner.buffer.last_confirmed
+            if found is None and last is not None:
+                found = Position(last.ledger_id, last.entry_id + 1)  # past the end
+            start = found
+        return await fetch(owner, start, max=max, isolation=isolation, max_bytes=max_bytes)
 
 
 def _check_uncommitted(

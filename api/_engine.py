@@ -321,7 +321,8 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
                 await self.store.write(batch)
             if time.monotonic() >= next_retention:
                 next_retention = time.monotonic() + self.config.retention_check_interval
-                for name in list(self._retention):
+                every_topic = self.config.default_retention is not None
+                for name in list(self._topics if every_topic else self._retention):
                     if name in self._topics:
                         await self._apply_retention(self._topics[name])
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -167,9 +168,10 @@ class SubscriptionHandle:
         """Ask for redelivery of delivered, unacknowledged positions."""
         await self._engine.nack(self.topic, self.name, positions)
 
-    async def seek(self, position: Position | str) -> None:
-        """Move the cursor (``"earliest"``, ``"latest"`` or a position)."""
-        await self._engine.seek(self.topic, self.name, position)
+    async def seek(self, position: Position | str | datetime) -> Position | str:
+        """Move the cursor (``"earliest"``, ``"latest"``, a position, or a time zone aware
+        datetime: the first message published at or after it); returns where it went."""
+        return await self._engine.seek(self.topic, self.name, position)
 
     async def close(self) -> None:
         """Detach this consumer; its unacknowledged messages go to others."""

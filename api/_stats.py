@@ -181,6 +181,9 @@ class TopicStats:
                 "max_age": policy.max_age,
                 "max_bytes": policy.max_bytes,
                 "require_ack": policy.require_ack,
+                # as PUT .../retention takes them
+                "time_ms": None if policy.max_age is None else round(policy.max_age * 1000),
+                "size_bytes": policy.max_bytes,
             },
             "offload": None
             if self.offload is None

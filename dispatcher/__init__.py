@@ -4,7 +4,7 @@ Also the range fetch for stateless readers (raw entries plus the aborted list).
 """
 
 from ._cursor import Cursor
-from ._fetch import AbortedTxnRange, FetchedEntry, FetchResult, fetch
+from ._fetch import AbortedTxnRange, FetchedEntry, FetchResult, fetch, position_at
 from ._message import Consumer, Isolation, Message, SubscriptionType, parse_enum
 from ._registry import SubscriptionRegistry
 from ._subscription import Subscription
@@ -22,4 +22,5 @@ __all__ = [
     "SubscriptionType",
     "fetch",
     "parse_enum",
+    "position_at",
 ]

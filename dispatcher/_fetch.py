@@ -176,3 +176,46 @@ async def _read_budgeted(
         position = Position(last.ledger_id, last.entry_id + 1)
         page *= 4
     return out
+
+
+async def position_at(topic: Topic, when: datetime) -> Position | None:
+    """The first retained entry of ``topic`` published at or after ``when`` (None if none
+    was), for a seek or a read by time (Pulsar's reset by timestamp, Kafka's offsets for
+    times).
+
+    A binary search over the retained entries up to last confirmed: ~log2(entries)
+    single-entry reads. Like Pulsar's, it takes publish times to grow with positions
+    (they are the append's wall-clock time; a clock stepped back may land it a little
+    off). Raises :class:`InvalidArgumentError` for a ``when`` without a time zone.
+    """
+    if when.tzinfo is None:
+        raise InvalidArgumentError("a time without a time zone is ambiguous: give it a tzinfo")
+    when_ms = int(when.timestamp() * 1000)
+    last = topic.buffer.last_confirmed
+    if last is None:
+        return None
+    spans: list[tuple[int, int]] = []  # (ledger id, entries) up to last confirmed
+    for info in topic.ledger.ledgers:
+        if info.ledger_id > last.ledger_id:
+            break
+        count = info.entries if info.ledger_id < last.ledger_id else last.entry_id + 1
+        if count > 0:
+            spans.append((info.ledger_id, count))
+
+    def nth(index: int) -> Position:
+        for ledger_id, count in spans:
+            if index < count:
+                return Position(ledger_id, index)
+            index -= count
+        raise IndexError(index)
+
+    low, high = 0, sum(count for _, count in spans)
+    total = high
+    while low < high:
+        middle = (low + high) // 2
+        found = await topic.ledger.read_positions([nth(middle)])
+        if not found or found[0].publish_time < when_ms:  # not found: trimmed, so older
+            low = middle + 1
+        else:
+            high = middle
+    return None if low == total else nth(low)

@@ -4,22 +4,8 @@ storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite implementatio
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
-from ._batch import WriteBatch
-from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
-from ._codec import (
-    PACK_ERRORS,
-    Body,
-    decode_payload,
-    decode_payloads,
-    encode_payload,
-    encode_payloads,
-    encode_value,
-    encode_value_payloads,
-    pack,
-    plain_payload_layout,
-    unpack,
-    value_packer,
-)
+import typing
+
 from ._entry import Entry, EntryKind, OutgoingMessage, TxnId
 from ._errors import (
     AckConflictError,
@@ -53,17 +39,85 @@ from ._errors import (
     TxnStreamSourceError,
     TxnStreamTransportError,
 )
-from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
-from ._lock import LOCK_FILE, DirectoryLock
-from ._offload import OffloadStore, normalize_url, sidecar_url
-from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
+from ._lazy import lazy_attributes
 from ._position import Position
-from ._reads import EntryMeta, decode_row
-from ._schema import DB_FILE
-from ._sqlite_store import SqliteStore
-from ._sqlite_view import database_file
-from ._store import DataRow, StorageMetrics, Store, StoreReader
-from ._tiers import LedgerInfo
+
+if typing.TYPE_CHECKING:
+    from ._batch import WriteBatch
+    from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
+    from ._codec import (
+        PACK_ERRORS,
+        Body,
+        decode_payload,
+        decode_payloads,
+        encode_payload,
+        encode_payloads,
+        encode_value,
+        encode_value_payloads,
+        pack,
+        plain_payload_layout,
+        unpack,
+        value_packer,
+    )
+    from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
+    from ._lock import LOCK_FILE, DirectoryLock
+    from ._offload import OffloadStore, normalize_url, sidecar_url
+    from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
+    from ._reads import EntryMeta, decode_row
+    from ._schema import DB_FILE
+    from ._sqlite_store import SqliteStore
+    from ._sqlite_view import database_file
+    from ._store import DataRow, StorageMetrics, Store, StoreReader
+    from ._tiers import LedgerInfo
+
+# PEP 562, as pydantic's ``__init__`` does: positions, entries and the errors load with
+# the package; the rest (SQLite, msgpack, Parquet, the writer process) on first use, so a
+# client of the HTTP API (``txnstream.api.client``, the CLI) does not pay for the engine.
+_LAZY: dict[str, str] = {
+    "WriteBatch": "._batch",
+    "Catalog": "._catalog",
+    "StoreIdentity": "._catalog",
+    "ProducerRow": "._catalog",
+    "TopicRow": "._catalog",
+    "validate_name": "._catalog",
+    "PACK_ERRORS": "._codec",
+    "Body": "._codec",
+    "decode_payload": "._codec",
+    "decode_payloads": "._codec",
+    "encode_payload": "._codec",
+    "encode_payloads": "._codec",
+    "encode_value": "._codec",
+    "encode_value_payloads": "._codec",
+    "pack": "._codec",
+    "plain_payload_layout": "._codec",
+    "unpack": "._codec",
+    "value_packer": "._codec",
+    "AppendLane": "._ledger",
+    "ManagedLedger": "._ledger",
+    "ms_to_datetime": "._ledger",
+    "now_ms": "._ledger",
+    "LOCK_FILE": "._lock",
+    "DirectoryLock": "._lock",
+    "OffloadStore": "._offload",
+    "normalize_url": "._offload",
+    "sidecar_url": "._offload",
+    "AbortedIndexRow": "._parquet",
+    "OffloadedObject": "._parquet",
+    "Row": "._parquet",
+    "json_text": "._parquet",
+    "split_value": "._parquet",
+    "EntryMeta": "._reads",
+    "decode_row": "._reads",
+    "DB_FILE": "._schema",
+    "SqliteStore": "._sqlite_store",
+    "database_file": "._sqlite_view",
+    "DataRow": "._store",
+    "StorageMetrics": "._store",
+    "Store": "._store",
+    "StoreReader": "._store",
+    "LedgerInfo": "._tiers",
+}
+
 
 __all__ = [
     "AbortedIndexRow",
@@ -133,6 +187,7 @@ __all__ = [
     "encode_value",
     "encode_value_payloads",
     "json_text",
+    "lazy_attributes",
     "ms_to_datetime",
     "normalize_url",
     "now_ms",
@@ -144,3 +199,5 @@ __all__ = [
     "validate_name",
     "value_packer",
 ]
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

@@ -80,6 +80,7 @@ DOCUMENTED_API = [
     "ProduceResult",
     "RecoverySummary",
     "RemoteStorageError",
+    "RetentionPolicy",
     "SnapshotError",
     "SubscriptionConflictError",
     "SubscriptionHandle",
@@ -125,6 +126,8 @@ def test_every_package_has_a_sorted_complete_all(package: str) -> None:
         n for n, v in vars(module).items() if not n.startswith("_") and not isinstance(v, type(sys))
     }
     assert public <= set(names) | {"annotations"}, f"{package} exports names outside __all__"
+    for name in names:  # those loaded on first use too (PEP 562)
+        assert getattr(module, name) is not None, f"{package}.{name}"
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:

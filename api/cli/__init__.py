@@ -2,9 +2,14 @@
 
 Client commands (``topics``, ``sub``, ``txn``, ``produce``, ``consume``) talk to
 ``--url`` (env ``TXNSTREAM_URL``) through :mod:`txnstream.api.client`: human-readable output by
-default, ``--json`` for scripts, ``--format`` for messages. Errors are one line on
-stderr: exit 1 when a request failed, 2 for a usage mistake. ``drill ...`` runs the
-recovery drills.
+default (listings tab-separated under a header line), ``--json`` for scripts (JSON Lines),
+``--format`` for messages; ``--url``, ``--token`` and ``--json`` may come before the
+command too. Errors are one line on stderr: exit 1 when a request failed, 2 for a usage
+mistake, 3 when ``serve`` cannot start. ``drill ...`` runs the recovery drills.
+
+Nothing heavy loads with the command line: the server (FastAPI, uvicorn), the engine and
+the drills' code are imported by the commands that run them, httpx by the commands that
+talk (``tests/cli/test_cli_startup.py`` checks it).
 """
 
 from ._app import app, main

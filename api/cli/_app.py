@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Annotated
 
 import typer
 
 from ._auth import auth_app
+from ._common import DEFAULT_URL, RootJsonOption, RootTokenOption, RootUrlOption
 from ._consume import consume
 from ._produce import produce
 from ._serve import serve
@@ -47,6 +47,8 @@ app.add_typer(auth_app, name="auth")
 
 def version() -> str:
     """The installed txnstream's version."""
+    from importlib import metadata  # ~20 ms: only for --version
+
     try:
         return metadata.version("txnstream")
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed
@@ -70,8 +72,13 @@ def _root(
             help="Print the version and exit.",
         ),
     ] = False,
+    url: RootUrlOption = DEFAULT_URL,
+    token: RootTokenOption = None,
+    as_json: RootJsonOption = False,
 ) -> None:
-    """The root: only ``--version`` (and typer's completion options)."""
+    """The root: ``--version``, typer's completion options, and the client commands'
+    ``--url``, ``--token`` and ``--json``, which may come before the command too (each
+    command reads them from here when not given after it)."""
 
 
 def _usage_line(exc: typer.TyperException) -> str:

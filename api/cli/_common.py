@@ -13,36 +13,72 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
-from txnstream.api.client import Client
 
-UrlOption = Annotated[
-    str,
-    typer.Option(
+if TYPE_CHECKING:
+    from txnstream.api.client import Client
+
+
+def _given_before(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """A connection option not given after the command takes what the root has: the same
+    option given before the command (``txnstream --url URL topics list``, as in rpk and
+    kubectl), else its environment variable, else its default."""
+    source = ctx.get_parameter_source(param.name or "")
+    if source is not None and source.name == "COMMANDLINE":
+        return value
+    return ctx.find_root().params.get(param.name or "", value)
+
+
+def _client_option(flag: str, root: bool, **settings: Any) -> Any:
+    """One connection option: on the root as given, on a command reading the root's."""
+    return typer.Option(flag, callback=None if root else _given_before, **settings)
+
+
+def _url(root: bool) -> Any:
+    return _client_option(
         "--url",
+        root,
         envvar="TXNSTREAM_URL",
         metavar="URL",
-        help="Server URL; several, comma-separated (a,b,c), to follow the active one.",
         show_envvar=True,
-    ),
-]
-TokenOption = Annotated[
-    str | None,
-    typer.Option(
+        help="Server URL; several, comma-separated (a,b,c), to follow the active one.",
+    )
+
+
+def _token(root: bool) -> Any:
+    return _client_option(
         "--token",
+        root,
         envvar="TXNSTREAM_TOKEN",
         metavar="TOKEN",
         show_envvar=True,
         help="Bearer token for a server run with --auth.",
-    ),
+    )
+
+
+def _json(root: bool) -> Any:
+    # A flag: no value after it (typer's rich help would print "<bool>" for it, which read
+    # as if it took one; the app uses click's plain help, which shows flags bare).
+    return _client_option(
+        "--json", root, help="Print JSON Lines: one object per line (a listing: one per item)."
+    )
+
+
+# The connection options of every client command; the root takes them too (RootUrlOption,
+# ...), so they may come before the command or after it (after wins).
+UrlOption = Annotated[str, _url(root=False)]
+TokenOption = Annotated[str | None, _token(root=False)]
+JsonOption = Annotated[bool, _json(root=False)]
+RootUrlOption = Annotated[str, _url(root=True)]
+RootTokenOption = Annotated[str | None, _token(root=True)]
+RootJsonOption = Annotated[bool, _json(root=True)]
+NoHeaderOption = Annotated[
+    bool, typer.Option("--no-header", help="Leave out the header line of the listing.")
 ]
-# A flag: no value after it (typer's rich help would print "<bool>" for it, which read
-# as if it took one; the app uses click's plain help, which shows flags bare).
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (one object per line).")]
 FormatOption = Annotated[
     str | None,
     typer.Option(
@@ -100,6 +136,12 @@ def retriable(exc: Exception) -> bool:
 def connect(url: str, token: str | None = None) -> Iterator[Client]:
     """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
     it and exits 1."""
+    # httpx's own command line (httpx._main) imports click, rich and pygments whenever they
+    # are installed, as they are beside typer: ~50 ms of every client command's start,
+    # for a module this process never runs. A None entry makes httpx skip it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    from txnstream.api.client import Client  # httpx loads for the commands that talk
+
     try:
         client = Client(url, token=token or None)
     except ValueError as exc:
@@ -175,6 +217,26 @@ def parse_duration_ms(text: str, *, option: str) -> int:
     if not parts or "".join(n + u for n, u in parts) != spec:
         usage(f"{option} wants a duration like 30s, 5m, 2h or 1h30m; got {text!r}")
     return round(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+
+def parse_size_bytes(text: str, *, option: str) -> int:
+    """Bytes of a size like ``10GiB``, ``500MB``, ``64k`` or ``1024``: ``KiB``... are powers
+    of 1024, ``KB``/``k``... of 1000.
+
+    >>> parse_size_bytes("10GiB", option="--x"), parse_size_bytes("1.5k", option="--x")
+    (10737418240, 1500)
+    """
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        usage(f"{option} wants a size like 500MB, 10GiB or 1024 (bytes); got {text!r}")
+    number, unit = found.group(1), (found.group(2) or "").lower()
+    base = 1024 if "i" in unit else 1000
+    scale = _SIZE_UNITS[unit[:1]] if base == 1000 else base ** ("kmgt".index(unit[0]) + 1)
+    return round(float(number) * scale)
 
 
 def human_duration(seconds: float) -> str:

@@ -1,10 +1,20 @@
-"""Every :class:`~txnstream.api.EngineConfig` field as a ``serve`` flag and a ``TXNSTREAM_<FIELD>``
-environment variable, generated from the dataclass (one table, not one hand-written
-option per field, so a new setting cannot be forgotten).
+"""How ``serve``'s options are declared: once, with help, choices, default, environment
+variable and config-file key, so that a new flag cannot miss one of them.
 
-:func:`with_config_flags` adds the options to a typer command's signature; the command
-receives the ones given as ``engine_settings`` (unset ones keep the config's defaults,
-and :class:`EngineConfig` itself validates them).
+- ``serve``'s own options are ordinary typer options in its signature, each with a
+  ``help``; a fixed set of values is a ``Literal`` (typer shows it as ``<a|b>``).
+- Every :class:`~txnstream.api.EngineConfig` field becomes a flag too, generated from the
+  dataclass (one table, :data:`HELP`, not one hand-written option per field, so a new
+  setting cannot be forgotten); the command receives the ones given as
+  ``engine_settings`` (unset ones keep the config's defaults, and :class:`EngineConfig`
+  itself validates them).
+- :func:`serve_options` then gives every option its environment variable
+  (``TXNSTREAM_<NAME>`` unless it names one) and shows it and the default in ``--help``,
+  and adds ``--config FILE``: a TOML file whose keys are the flags' names
+  (``port = 8081``, ``log-level = "debug"``, ``min-free-bytes = 0``).
+
+Precedence, highest first: the command line, the environment, the config file, the
+defaults (click's own order for ``default_map``, which is what the file fills).
 """
 
 from __future__ import annotations
@@ -12,13 +22,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import tomllib
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from txnstream.api import EngineConfig
+from txnstream.api import EngineConfig, RetentionPolicy
+
+from ._common import parse_duration_ms, parse_size_bytes
 
 HELP = {
     "durability": "full (survives power loss) or normal (survives kill -9).",
@@ -45,6 +59,8 @@ HELP = {
     "writer": "Where SQLite writes run: thread (in this process) or process (a child"
     " process, so they do not share the event loop's core).",
     "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
+    "default_retention": "Retention of topics without their own: an age (7d), a size"
+    " (10GiB) or both (7d,10GiB); acknowledged sealed ledgers beyond it are deleted.",
 }
 """One line of help per field (a test checks every field has one)."""
 
@@ -52,16 +68,19 @@ SERVE_DEFAULTS: dict[str, Any] = {"writer": "process"}
 """Where ``serve`` departs from :class:`EngineConfig`'s defaults: a server's event loop is
 busy with HTTP, so its SQLite writes go to a child process."""
 
+ENV_PREFIX = "TXNSTREAM_"
 
-def config_fields() -> list[tuple[str, type]]:
-    """``(name, type)`` of every :class:`EngineConfig` field (``Literal`` as ``str``)."""
+
+def config_fields() -> list[tuple[str, Any]]:
+    """``(name, type)`` of every :class:`EngineConfig` field (``X | None`` as ``X``; a
+    ``Literal`` kept, so that its values are the flag's choices)."""
     hints = typing.get_type_hints(EngineConfig)
     out = []
     for field in dataclasses.fields(EngineConfig):
         hint = hints[field.name]
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if typing.get_origin(hint) is typing.Literal:
-            base: type = str
+            base: Any = hint
         elif args and typing.get_origin(hint) is not None:  # X | None
             base = args[0]
         else:
@@ -70,47 +89,136 @@ def config_fields() -> list[tuple[str, type]]:
     return out
 
 
-def with_config_flags(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with one option per :class:`EngineConfig` field added; it is called
-    with ``engine_settings={field: value}`` for the options that were given."""
+def parse_retention(text: str) -> RetentionPolicy:
+    """``--default-retention``'s value: ``7d``, ``10GiB`` or ``7d,10GiB``."""
+    age: float | None = None
+    size: int | None = None
+    for part in (p.strip() for p in text.split(",")):
+        if part[-1:].lower() in ("s", "m", "h", "d") and not part.lower().endswith(("b", "ib")):
+            age = parse_duration_ms(part, option="--default-retention") / 1000
+        else:
+            size = parse_size_bytes(part, option="--default-retention")
+    return RetentionPolicy(max_age=age, max_bytes=size)
+
+
+PARSED: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "default_retention": ("SPEC", parse_retention),
+}
+"""Fields whose flag takes text made into the field's type (metavar, parser)."""
+
+
+def _engine_options() -> list[tuple[str, Any]]:
+    """``(name, annotated hint)`` of the flag of every :class:`EngineConfig` field."""
+    out = []
+    defaults = EngineConfig()
+    for name, base in config_fields():
+        flag = "--" + name.replace("_", "-")
+        decls = [f"{flag}/--no-{flag[2:]}"] if base is bool else [flag]
+        default = SERVE_DEFAULTS.get(name, getattr(defaults, name))
+        # The default is None (unset: the config's own applies), so say it in the help.
+        help_text = f"{HELP[name]} [default: {default}]"
+        if name in PARSED:
+            metavar, _ = PARSED[name]
+            option = typer.Option(*decls, metavar=metavar, help=help_text)
+            out.append((name, Annotated[str | None, option]))
+        else:
+            option = typer.Option(*decls, help=help_text)
+            out.append((name, Annotated[base | None, option]))
+    return out
+
+
+def _load_config(ctx: typer.Context, value: Path | None) -> Path | None:
+    """``--config FILE``: the file's settings become the command's defaults."""
+    if value is None:
+        return None
+    try:
+        settings = tomllib.loads(value.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {value}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{value} is not valid TOML: {exc}") from None
+    names = {}  # "log-level" -> "log_level", for every option but --config itself
+    for param in ctx.command.params:
+        for opt in param.opts:
+            if opt.startswith("--") and param.name not in (None, "config"):
+                names[opt[2:].split("/")[0]] = param.name
+    defaults: dict[str, Any] = {}
+    for key, setting in settings.items():
+        name = names.get(key.replace("_", "-"))
+        if name is None:
+            raise typer.BadParameter(f"{value}: unknown setting {key!r} (keys are flag names)")
+        if isinstance(setting, dict):
+            raise typer.BadParameter(f"{value}: {key} must be a value, not a table")
+        defaults[name] = setting
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+CONFIG_OPTION = typer.Option(
+    "--config",
+    metavar="FILE",
+    is_eager=True,  # read before the other options, whose defaults it provides
+    callback=_load_config,
+    exists=True,
+    dir_okay=False,
+    help="TOML file of settings, keys named as the flags (port = 8081,"
+    ' log-level = "debug"); flags and environment variables override it.',
+)
+
+
+def _option_of(hint: Any) -> Any:
+    """The typer option in an ``Annotated`` hint, or None."""
+    for extra in getattr(hint, "__metadata__", ()):
+        if isinstance(extra, typer.models.OptionInfo):
+            return extra
+    return None
+
+
+def serve_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with a flag per :class:`EngineConfig` field (passed on as
+    ``engine_settings={field: value}`` for those given), ``--config FILE``, and every
+    option's environment variable, shown in ``--help`` with its default."""
     signature = inspect.signature(command)
     annotations = {
         name: hint
         for name, hint in typing.get_type_hints(command, include_extras=True).items()
         if name != "engine_settings"
     }
-    # The command's own parameters with their annotations resolved: typer reads options
-    # (help, envvar, names) from ``__signature__`` as it is, and under ``from __future__
-    # import annotations`` those are strings it cannot see into (every option's envvar,
-    # TXNSTREAM_AUTH_FILE included, was ignored).
+    # The resolved hints, not the strings of ``from __future__ import annotations``: typer
+    # reads the signature, and a string hint loses the option's help and settings.
     params = [
         p.replace(annotation=annotations[p.name])
         for p in signature.parameters.values()
         if p.name != "engine_settings"
     ]
-    names = []
-    for name, base in config_fields():
-        names.append(name)
-        flag = "--" + name.replace("_", "-")
-        decls = [f"{flag}/--no-{flag[2:]}"] if base is bool else [flag]
-        default = SERVE_DEFAULTS.get(name, getattr(EngineConfig(), name))
-        option = typer.Option(
-            *decls,
-            envvar=f"TXNSTREAM_{name.upper()}",
-            show_envvar=True,
-            help=f"{HELP[name]} [default: {default}]",
-        )
-        hint = Annotated[base | None, option]  # type: ignore[valid-type]
+    engine = _engine_options()
+    for name, hint in [*engine, ("config", Annotated[Path | None, CONFIG_OPTION])]:
         annotations[name] = hint
         params.append(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
         )
+    names = [name for name, _ in engine]
+    for param in params:
+        option = _option_of(annotations.get(param.name))
+        if option is None:
+            continue
+        if option.envvar is None:
+            option.envvar = ENV_PREFIX + param.name.upper()
+        option.show_envvar = True
+        if param.default is None and param.name not in names:
+            option.show_default = "none"  # unset (engine flags say their own in the help)
+        elif option.show_default is not False:
+            option.show_default = True
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
+        kwargs.pop("config", None)  # already applied, as the other options' defaults
         settings = {n: kwargs.pop(n) for n in names if kwargs.get(n) is not None}
         for n in names:
             kwargs.pop(n, None)
+        for n, (_, parse) in PARSED.items():
+            if n in settings:
+                settings[n] = parse(settings[n])
         command(**kwargs, engine_settings=settings)
 
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]

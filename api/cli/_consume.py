@@ -8,6 +8,13 @@ With ``--from`` there is no subscription: the topic is read by range fetches, an
 read_committed filtering happens here, as a stateless reader does it (HTTP_API.md,
 "Range fetch"): markers are skipped and a data entry whose transaction is in the
 answer's ``aborted`` list is dropped. The server keeps nothing for such a reader.
+``--from`` takes, as kcat's ``-o``: ``earliest``, ``latest``, a position ``L:E``, ``-N``
+(the last N messages) or ``@TIME`` (from the first message published at or after TIME,
+ISO 8601 or milliseconds since the epoch).
+
+Without ``--follow``, ``consume`` prints everything up to the end and exits (``--max``
+stops it sooner); it waits up to ``--wait-ms`` for a first message unless
+``-e/--exit-at-end`` says to exit at the end at once, as kcat's ``-e``.
 
 ``--follow`` keeps reading; when the server goes away (restart, network) it reconnects
 with backoff and resumes: a subscription redelivers what was not acknowledged (acks that
@@ -22,18 +29,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
-from txnstream.api.client import Client
+
+if TYPE_CHECKING:
+    from txnstream.api.client import Client
 
 from ._common import (
     DEFAULT_URL,
     Backoff,
     FormatOption,
     JsonOption,
+    NoHeaderOption,
     TokenOption,
     TopicArg,
     UrlOption,
@@ -207,29 +217,84 @@ def _from_subscription(
     _keep_going(reader, step)
 
 
+def visible(data: dict[str, Any], isolation: str) -> list[dict[str, Any]]:
+    """The messages of a range fetch's answer a consumer sees: data entries, without those
+    of aborted transactions when read_committed (txn ids are never reused)."""
+    aborted = {item["txn"] for item in data.get("aborted") or []}
+    return [
+        entry
+        for entry in data["entries"]
+        if entry.get("kind") == "data"
+        and not (isolation == "read_committed" and entry.get("txn") in aborted)
+    ]
+
+
+def _back(ledgers: list[dict[str, Any]], end: Position, count: int) -> str | None:
+    """The position ``count`` entries before ``end`` (inclusive) over ``ledgers``, or None
+    (earliest) when the retained log is not that long."""
+    for info in reversed(ledgers):
+        if info["ledger"] > end.ledger_id or not info["entries"]:
+            continue
+        last = info["entries"] - 1 if info["ledger"] < end.ledger_id else end.entry_id
+        if last + 1 >= count:
+            return str(Position(info["ledger"], last + 1 - count))
+        count -= last + 1
+    return None
+
+
+def tail_start(client: Client, topic: str, count: int, isolation: str) -> str | None:
+    """Where the last ``count`` messages a consumer sees begin (None: earliest).
+
+    Markers and aborted data take positions too, so it reads back a window of entries
+    before the end, growing it until it holds ``count`` messages or the whole log.
+    """
+    stats = client.stats(topic)
+    end = stats.get("stable_position" if isolation == "read_committed" else "last_confirmed")
+    if end is None:
+        return None
+    ledgers = client.list_ledgers(topic)
+    window = max(2 * count, 100)
+    while True:
+        start = _back(ledgers, Position.parse(end), window)
+        seen: list[str] = []
+        at = start
+        while True:
+            data = client.fetch(topic, at, max=FETCH_MAX, isolation=isolation)
+            seen += [m["position"] for m in visible(data, isolation)]
+            if not data["entries"] or Position.parse(data["next"]) > Position.parse(end):
+                break
+            at = data["next"]
+        if start is None or len(seen) >= count:
+            return seen[-count] if len(seen) >= count else start
+        window *= 4
+
+
 def _from_position(reader: _Reader, start: str, wait_ms: int) -> None:
     client, topic = reader.client, reader.topic
     # Like a receive: without --follow, wait up to wait_ms for a first message.
     wait_until = time.monotonic() + wait_ms / 1000
     at: str | None = None
+    timestamp: str | None = None  # --from @TIME: the first fetch asks by publish time
     skip_through: Position | None = None  # --from latest: only what comes after now
     if start == "latest":
         last = client.stats(topic).get("last_confirmed")
         if last is not None:
             at, skip_through = last, Position.parse(last)
+    elif start.startswith("@"):
+        timestamp = start[1:]
+    elif start.startswith("-"):
+        at = tail_start(client, topic, int(start[1:]), reader.isolation)
     elif start != "earliest":
         at = start
     idle = Backoff(first=0.1, cap=1.0)
 
     def step() -> bool:
-        nonlocal at
-        data = client.fetch(topic, at, max=reader.want(), isolation=reader.isolation)
-        aborted = {item["txn"] for item in data.get("aborted") or []}
-        for entry in data["entries"]:
-            if entry.get("kind") != "data":
-                continue  # commit and abort markers
-            if reader.isolation == "read_committed" and entry.get("txn") in aborted:
-                continue  # data of an aborted transaction (txn ids are never reused)
+        nonlocal at, timestamp
+        data = client.fetch(
+            topic, at, max=reader.want(), isolation=reader.isolation, timestamp=timestamp
+        )
+        timestamp = None
+        for entry in visible(data, reader.isolation):
             if skip_through is not None and Position.parse(entry["position"]) <= skip_through:
                 continue
             reader.show(entry)
@@ -249,6 +314,19 @@ def _from_position(reader: _Reader, start: str, wait_ms: int) -> None:
     _keep_going(reader, step)
 
 
+def _parse_from(text: str) -> str:
+    """``--from``'s value, checked: earliest, latest, L:E, -N or @TIME."""
+    if text.startswith("-"):
+        if not text[1:].isdigit() or int(text[1:]) < 1:
+            usage(f"--from -N wants a count of messages, e.g. -10; got {text!r}")
+        return text
+    if text.startswith("@"):
+        if len(text) < 2:
+            usage("--from @TIME wants a time, e.g. @2026-11-27T04:00:00Z")
+        return text  # the server parses it (400 with the reason if it cannot)
+    return parse_position(text, option="--from", names=("earliest", "latest"))
+
+
 def consume(
     topic: TopicArg,
     sub: Annotated[
@@ -262,9 +340,11 @@ def consume(
         typer.Option(
             "--from",
             "-o",
-            metavar="L:E|earliest|latest",
-            help="Read TOPIC from here without a subscription (range fetches; nothing is "
-            "acknowledged; read_committed filtering done by the client).",
+            metavar="L:E|earliest|latest|-N|@TIME",
+            help="Read TOPIC without a subscription (range fetches; nothing is acknowledged)"
+            " from: earliest, latest, a position L:E, -N (the last N messages) or @TIME (the"
+            " first message published at or after TIME: ISO 8601, UTC unless it says, or"
+            " milliseconds since the epoch).",
         ),
     ] = None,
     sub_type: Annotated[
@@ -297,9 +377,18 @@ def consume(
             "--max",
             min=1,
             metavar="N",
-            help="Stop after this many messages (default 100; --follow: no limit).",
+            help="Stop after this many messages [default: all up to the end; --follow: no end].",
         ),
     ] = None,
+    exit_at_end: Annotated[
+        bool,
+        typer.Option(
+            "--exit-at-end",
+            "-e",
+            help="Exit at the end at once (as kcat -e), without waiting --wait-ms for a"
+            " first message.",
+        ),
+    ] = False,
     wait_ms: Annotated[
         int,
         typer.Option(min=0, max=30_000, metavar="MS", help="Wait this long for the first message."),
@@ -312,6 +401,7 @@ def consume(
     token: TokenOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
+    no_header: NoHeaderOption = False,
 ) -> None:
     """Print messages of TOPIC: received through subscription SUB (and acknowledged), or
     read from a position with --from (like kcat -o)."""
@@ -319,9 +409,13 @@ def consume(
     choice(isolation, "--isolation", ISOLATIONS)
     choice(initial_position, "--initial-position", ("earliest", "latest"))
     if (sub is None) == (start is None):
-        usage("give a subscription SUB, or --from earliest|latest|L:E (not both)")
+        usage("give a subscription SUB, or --from earliest|latest|L:E|-N|@TIME (not both)")
+    if follow and exit_at_end:
+        usage("--follow and -e/--exit-at-end exclude each other")
+    if exit_at_end:
+        wait_ms = 0
     if start is not None:
-        start = parse_position(start, option="--from", names=("earliest", "latest"))
+        start = _parse_from(start)
         given = [
             name
             for name, value in (
@@ -334,8 +428,8 @@ def consume(
         ]
         if given:
             usage(f"{', '.join(given)} need a subscription (--from reads without one)")
-    printer = Printer.of(topic, as_json, fmt)
-    limit = max_messages if max_messages is not None else (None if follow else 100)
+    printer = Printer.of(topic, as_json, fmt, header=not no_header)
+    limit = max_messages
     with connect(url, token) as client:
         if start is not None:
             reader = _Reader(client, topic, printer, limit, follow, isolation or ISOLATIONS[0])

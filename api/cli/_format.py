@@ -1,4 +1,6 @@
-"""How the message commands print a message: a tab-separated line, ``--json`` or ``--format``.
+"""How the commands print: listings as tab-separated lines under a header line (none with
+``--no-header``), or JSON Lines with ``--json`` (one object per line, one per item of a
+listing); messages also as ``--format`` templates.
 
 ``--format`` follows kcat's ``-f``: a template of ``%`` tokens and backslash escapes,
 printed as is for every message (nothing added, so end it with ``\\n``):
@@ -110,19 +112,40 @@ def human_value(message: Message) -> str:
 
 
 @dataclass(slots=True)
+class Table:
+    """Tab-separated rows, the ``columns`` header line before the first (unless not
+    ``header``), as ``ps`` and ``kubectl get`` print; a cell that is None prints ``-``."""
+
+    columns: tuple[str, ...]
+    header: bool = True
+
+    def row(self, *cells: Any) -> None:
+        """Print one row (and the header line first, once)."""
+        if self.header:
+            typer.echo("\t".join(self.columns))
+            self.header = False
+        typer.echo("\t".join(dash(cell) for cell in cells))
+
+
+MESSAGE_COLUMNS = ("POSITION", "KEY", "VALUE")
+
+
+@dataclass(slots=True)
 class Printer:
     """Prints messages of ``topic`` as ``--json``, ``--format`` or the default line."""
 
     topic: str
     as_json: bool = False
     template: list[bytes | str] | None = None
+    table: Table | None = None
 
     @classmethod
-    def of(cls, topic: str, as_json: bool, fmt: str | None) -> Printer:
+    def of(cls, topic: str, as_json: bool, fmt: str | None, header: bool = True) -> Printer:
         """The printer the options ask for (``--json`` and ``--format`` exclude each other)."""
         if as_json and fmt is not None:
             usage("--json and --format exclude each other")
-        return cls(topic, as_json, None if fmt is None else compile_format(fmt))
+        template = None if fmt is None else compile_format(fmt)
+        return cls(topic, as_json, template, Table(MESSAGE_COLUMNS, header))
 
     def show(self, message: Message) -> None:
         """Print one message (``position``, ``key``, ``value``/``value_b64``, ...)."""
@@ -135,5 +158,5 @@ class Printer:
         elif self.as_json:
             print_json(message)
         else:
-            key = dash(message.get("key"))
-            typer.echo(f"{message.get('position')}\t{key}\t{human_value(message)}")
+            table = self.table or Table(MESSAGE_COLUMNS, header=False)
+            table.row(message.get("position"), message.get("key"), human_value(message))

@@ -17,8 +17,6 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from txnstream.api.client import wire_message
-
 from ._common import (
     DEFAULT_URL,
     FormatOption,
@@ -180,7 +178,8 @@ def produce(
 ) -> None:
     """Produce VALUES, the lines of stdin (or --file), or raw bytes to TOPIC.
 
-    Prints each message's position (or --format per message, --json once at the end).
+    Prints each message's position (or --format per message; --json: one
+    {"position", "duplicate"} per message).
     Every request is appended atomically; with --producer/--sequence a repeated batch is
     stored once.
     """
@@ -198,6 +197,7 @@ def produce(
     properties = _properties(prop or [])
     if key is not None:
         _check_text(key)
+    from txnstream.api.client import wire_message  # with httpx: only commands that talk
 
     def message(value: Any, message_key: str | None) -> dict[str, Any]:
         return wire_message(value, key=message_key, properties=properties)
@@ -212,26 +212,21 @@ def produce(
     else:
         batches = _line_batches(_open_input(file), batch_size, key, key_separator, raw, message)
 
-    positions: list[str] = []
-    duplicate = False
     with connect(url, token) as client:
         for batch in batches:
             data = client.produce(topic, batch, txn=txn, producer=producer, sequence=sequence)
             if sequence is not None:
                 sequence += len(batch)
-            positions.extend(data["positions"])
-            if data.get("duplicate"):
-                duplicate = True
+            duplicate = bool(data.get("duplicate"))
+            if duplicate:
                 note(f"duplicate: the server already had this batch of {len(batch)} (not stored)")
-            if as_json:
-                continue
             for item, position in zip(batch, data["positions"], strict=False):
-                if fmt is None:
+                if as_json:
+                    print_json({"position": position, "duplicate": duplicate})
+                elif fmt is None:
                     typer.echo(position)
                 else:
                     printer.show({"position": position, "txn": txn, **item})
-    if as_json:
-        print_json({"positions": positions, "duplicate": duplicate})
 
 
 def _line_batches(

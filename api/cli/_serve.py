@@ -5,8 +5,10 @@ on SIGTERM/SIGINT only after it has stopped accepting connections and finished t
 requests in flight (pending long polls are cut short through the app's ``Drain``), so
 every acknowledged write is durable and the engine closes cleanly.
 
-The HTTP app and uvicorn are imported when a server is made, not with the command line:
-the client commands start faster without them.
+``serve`` binds its port and opens the engine before uvicorn starts, so a port in use or
+a data directory locked by another server is one line and exit 3, before any "serving"
+line. The engine, the HTTP app and uvicorn are imported when a server is made, not with
+the command line: the client commands start faster without them.
 
 Access (issue 11): ``--auth FILE`` turns tokens on (the file is re-read on SIGHUP);
 without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host rule
@@ -20,6 +22,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import socket
 import ssl
 import stat
 import tempfile
@@ -27,20 +30,19 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from txnstream.api import DB_FILE, Engine, EngineConfig, EngineError
+from txnstream.api import EngineError
 
 from ._common import fail
-from ._config_flags import SERVE_DEFAULTS, with_config_flags
-from ._connections import bounded_protocol, raise_file_limit
-from ._logging import log_config, startup_banner
+from ._config_flags import SERVE_DEFAULTS, serve_options
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from txnstream.api import Engine, EngineConfig
     from txnstream.api.http import AccessPolicy, BodyLimits
     from txnstream.api.kafka import KafkaListener
 
@@ -91,29 +93,42 @@ class _ServedApp:
             return
         await inner(scope, receive, send)
 
+    async def open_engine(self) -> Engine:
+        """Open the engine (once; ``serve`` does it before uvicorn starts)."""
+        from txnstream.api import Engine
+
+        if self._engine is None:
+            self._engine = await Engine.open(self.data, config=self.config)
+        return self._engine
+
+    async def close_engine(self) -> None:
+        """Close the engine if it is open."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.close()
+            log.info("engine closed")
+
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         from txnstream.api.http import create_app
+
+        from ._logging import startup_banner
 
         while True:
             message: Message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    self._engine = await Engine.open(self.data, config=self.config)
-                except (OSError, EngineError) as exc:  # a known cause: one line says it all
-                    log.error("cannot open the engine at %s: %s", self.data, exc)
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
+                    engine = await self.open_engine()
                 except Exception as exc:
                     log.exception("cannot open the engine at %s", self.data)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(
-                    self._engine, drain=self.drain, access=self.access, body_limits=self.body_limits
+                    engine, drain=self.drain, access=self.access, body_limits=self.body_limits
                 )
-                if not await self._start_kafka(self._engine, send):
+                if not await self._start_kafka(engine, send):
                     return
                 self._watch_sighup(True)
-                banner, fields = startup_banner(self._engine, self.url)
+                banner, fields = startup_banner(engine, self.url)
                 log.info("%s", banner, extra=fields)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -122,9 +137,7 @@ class _ServedApp:
                 self.drain.start()
                 if self._kafka is not None:
                     await self._kafka.stop()  # before the engine: its requests finish first
-                if self._engine is not None:
-                    await self._engine.close()
-                    log.info("engine closed")
+                await self.close_engine()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -179,6 +192,8 @@ class _ServedApp:
 def unwritable(data: Path) -> str | None:
     """Why ``serve`` could not write to the data directory (None if it can): probed by
     writing, since a read-only mount or another owner's files refuse root too."""
+    from txnstream.api import DB_FILE
+
     try:
         data.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=data):
@@ -257,7 +272,10 @@ def make_server(
     """
     import uvicorn
 
+    from txnstream.api import EngineConfig
     from txnstream.api.http import BodyLimits
+
+    from ._connections import bounded_protocol
 
     if access is None:
         access = access_policy(host)
@@ -309,51 +327,73 @@ def make_server(
     return _Server(config)
 
 
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
 def serve(
     data: Annotated[
-        Path, typer.Option("--data", help="Data directory (created if missing).")
+        Path, typer.Option("--data", metavar="DIR", help="Data directory (created if missing).")
     ] = Path("./data"),
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; one that is not loopback needs --auth or --insecure."
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free one).")] = 8080,
     log_level: Annotated[
-        str, typer.Option(help="critical, error, warning, info or debug.")
+        LogLevel, typer.Option(case_sensitive=False, help="The least severe level logged.")
     ] = "info",
     auth: Annotated[
         Path | None,
         typer.Option(
             "--auth",
+            metavar="FILE",
             envvar="TXNSTREAM_AUTH_FILE",
-            show_envvar=True,
             help="Principals file (JSON): require bearer tokens. Re-read on SIGHUP.",
         ),
     ] = None,
     insecure: Annotated[
         bool,
-        typer.Option(help="Allow a non-loopback --host without --auth (anyone may do anything)."),
+        typer.Option(
+            "--insecure",
+            help="Allow a non-loopback --host without --auth (anyone may do anything).",
+        ),
     ] = False,
     allowed_host: Annotated[
         list[str] | None,
-        typer.Option(help="Another Host name to answer on a loopback bind (repeatable)."),
+        typer.Option(
+            metavar="HOST",
+            help="Another Host name to answer on a loopback bind (repeatable; the variable"
+            " takes several, space-separated).",
+        ),
     ] = None,
     cors_origin: Annotated[
         list[str] | None,
-        typer.Option(help="An Origin allowed to call from a browser, e.g. https://ui.example."),
+        typer.Option(
+            metavar="ORIGIN",
+            help="An Origin allowed to call from a browser, e.g. https://ui.example"
+            " (repeatable; the variable takes several, space-separated).",
+        ),
     ] = None,
     tls_cert: Annotated[
-        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+        Path | None,
+        typer.Option(metavar="FILE", help="PEM certificate: serve HTTPS (with --tls-key)."),
     ] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="PEM private key of --tls-cert.")
+    ] = None,
     access_log: Annotated[
         bool, typer.Option("--access-log", help="Log one line per HTTP request.")
     ] = False,
     log_format: Annotated[
-        str, typer.Option("--log-format", help="text, or json (one object per line).")
+        Literal["text", "json"],
+        typer.Option("--log-format", help="text, or json (one object per line)."),
     ] = "text",
     limit_concurrency: Annotated[
         int,
         typer.Option(
             min=1,
-            envvar="TXNSTREAM_LIMIT_CONCURRENCY",
             help="Open connections at most: past it a new connection gets 503 and is closed"
             " at once while the open ones keep being served.",
         ),
@@ -361,9 +401,7 @@ def serve(
     timeout_keep_alive: Annotated[
         int,
         typer.Option(
-            min=1,
-            envvar="TXNSTREAM_TIMEOUT_KEEP_ALIVE",
-            help="Seconds a connection may stay idle (before its first request too).",
+            min=1, help="Seconds a connection may stay idle (before its first request too)."
         ),
     ] = 30,
     header_timeout: Annotated[
@@ -404,14 +442,17 @@ def serve(
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
 
-    Every engine setting is an option too (`--min-free-bytes`, `--snapshot-every`, ...)
-    and an environment variable (`TXNSTREAM_MIN_FREE_BYTES`, ...).
+    Every option is also an environment variable (`TXNSTREAM_PORT`, ...) and a key of
+    the `--config` file; every engine setting is an option too (`--min-free-bytes`,
+    `--snapshot-every`, ...). A start that fails (the port in use, the data directory
+    locked by another server) prints one line and exits 3.
     """
+    from ._connections import raise_file_limit
+    from ._logging import log_config
+
     if data.exists() and not data.is_dir():
         fail(f"--data {data}: not a directory")
     level = log_level.lower()
-    if level not in ("critical", "error", "warning", "info", "debug"):
-        fail("--log-level must be one of critical, error, warning, info, debug")
     refused = check_bind(host, auth=auth is not None, insecure=insecure)
     if refused is not None:
         fail(refused, 2)
@@ -427,18 +468,17 @@ def serve(
     except ValueError as exc:
         fail(str(exc), 2)
     kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure or auth is not None)
-    if log_format not in ("text", "json"):
-        fail("--log-format must be 'text' or 'json'")
-    logs = log_config(level, "json" if log_format == "json" else "text", access_log)
+    logs = log_config(level, log_format, access_log)
     files = raise_file_limit()
     asked = limit_concurrency
     if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
         limit_concurrency = max(1, files - 64)
+    listener = listen_socket(host, port)
     try:
         server = make_server(
             data,
             host,
-            port,
+            listener.getsockname()[1],
             log_level=level,
             access=access,
             tls_cert=tls_cert,
@@ -452,6 +492,7 @@ def serve(
             kafka=kafka,
         )
     except ValueError as exc:
+        listener.close()
         fail(str(exc))
     if (problem := unwritable(data)) is not None:  # after every setting was checked
         fail(problem)
@@ -470,11 +511,53 @@ def serve(
     elif access.auth is not None:
         log.info("authentication on: %d principal(s) from %s", len(access.auth.names), auth)
     try:
-        server.run()
+        with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+            runner.run(_run(server, listener))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if not server.started:
-        raise typer.Exit(3)
+        raise typer.Exit(START_FAILED)
+
+
+START_FAILED = 3
+"""``serve``'s exit code when it cannot start (uvicorn's too)."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds one), or one line and exit 3.
+
+    Bound before the engine opens, so that a port in use is said at once, before any
+    recovery or "serving" line; it listens once the server starts (until then a
+    connection is refused, as before).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        fail(f"cannot listen on {shown}:{port}: {exc.strerror or exc}", START_FAILED)
+    return sock
+
+
+async def _run(server: Any, listener: socket.socket) -> None:
+    """Open the engine, then serve on ``listener``; an engine that cannot open (another
+    server holds the directory, a damaged file) is one line and exit 3."""
+    served: _ServedApp = server.config.app
+    try:
+        await served.open_engine()
+    except EngineError as exc:
+        listener.close()
+        fail(f"cannot open {served.data}: {exc}", START_FAILED)
+    try:
+        await server.serve(sockets=[listener])
+    finally:
+        await served.close_engine()  # if the server stopped before its lifespan's end
+
+
+serve = serve_options(serve)
 
 
 def _kafka_addresses(
@@ -501,6 +584,3 @@ def _kafka_addresses(
             2,
         )
     return bind, shown
-
-
-serve = with_config_flags(serve)

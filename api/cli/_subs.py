@@ -14,7 +14,7 @@ restart could be handed.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -24,6 +24,7 @@ from ._common import (
     DEFAULT_URL,
     FormatOption,
     JsonOption,
+    NoHeaderOption,
     SubArg,
     TokenOption,
     TopicArg,
@@ -35,7 +36,7 @@ from ._common import (
     print_json,
 )
 from ._consume import ISOLATIONS, SUB_TYPES, choice
-from ._format import Printer
+from ._format import Printer, Table
 
 sub_app = typer.Typer(
     help="List, create, delete, seek and peek subscriptions.",
@@ -44,20 +45,8 @@ sub_app = typer.Typer(
 )
 
 
-def _sub_line(name: str, sub: dict[str, Any]) -> str:
-    consumers = ",".join(sub.get("consumers") or []) or "-"
-    fields = [
-        name,
-        str(sub.get("type")),
-        str(sub.get("isolation")),
-        f"backlog={sub.get('backlog')}",
-        f"mark_delete={dash(sub.get('mark_delete'))}",
-        f"consumers={consumers}",
-    ]
-    for extra in ("unacked", "redeliveries"):  # newer servers say more
-        if extra in sub:
-            fields.append(f"{extra}={sub[extra]}")
-    return "\t".join(fields)
+_SUB_COLUMNS = ("SUBSCRIPTION", "TYPE", "ISOLATION", "BACKLOG", "MARK_DELETE", "CONSUMERS")
+_SUB_EXTRAS = ("unacked", "redeliveries")  # older servers leave them out: "-"
 
 
 @sub_app.command("list")
@@ -66,16 +55,27 @@ def sub_list(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
+    no_header: NoHeaderOption = False,
 ) -> None:
     """List the subscriptions of TOPIC: name, type, isolation, backlog, mark-delete
-    position, consumers."""
+    position, consumers, unacknowledged messages, redeliveries."""
     with connect(url, token) as client:
         subs = client.list_subscriptions(topic)
-    if as_json:
-        print_json({"topic": topic, "subscriptions": subs})
-        return
+    columns = (*_SUB_COLUMNS, *(extra.upper() for extra in _SUB_EXTRAS))
+    table = Table(columns, header=not no_header)
     for name, sub in sorted(subs.items()):
-        typer.echo(_sub_line(name, sub))
+        if as_json:
+            print_json({"topic": topic, "subscription": name, **sub})
+            continue
+        table.row(
+            name,
+            sub.get("type"),
+            sub.get("isolation"),
+            sub.get("backlog"),
+            sub.get("mark_delete"),
+            ",".join(sub.get("consumers") or []) or None,
+            *(sub.get(extra) for extra in _SUB_EXTRAS),
+        )
 
 
 @sub_app.command("create")
@@ -133,16 +133,26 @@ def sub_delete(
 def sub_seek(
     topic: TopicArg,
     sub: SubArg,
-    position: Annotated[str, typer.Argument(metavar="POSITION", help="L:E, earliest or latest.")],
+    position: Annotated[
+        str,
+        typer.Argument(
+            metavar="POSITION",
+            help="L:E, earliest, latest, or @TIME: the first message published at or after"
+            " TIME (ISO 8601, UTC unless it says; or milliseconds since the epoch).",
+        ),
+    ],
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Move SUB's cursor: everything before POSITION counts as acknowledged, everything
     from it on is delivered again."""
-    target = parse_position(position, option="POSITION", names=("earliest", "latest"))
     with connect(url, token) as client:
-        client.seek(topic, sub, target)
+        if position.startswith("@") and len(position) > 1:
+            target = client.seek(topic, sub, timestamp=position[1:])["position"]
+        else:
+            target = parse_position(position, option="POSITION", names=("earliest", "latest"))
+            client.seek(topic, sub, target)
         mark = client.list_subscriptions(topic).get(sub, {}).get("mark_delete")
     if as_json:
         print_json({"topic": topic, "subscription": sub, "position": target, "mark_delete": mark})
@@ -161,13 +171,14 @@ def sub_peek(
     token: TokenOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
+    no_header: NoHeaderOption = False,
 ) -> None:
     """Show the next messages of SUB without acknowledging or receiving anything.
 
     Reads from the subscription's mark-delete position; messages acknowledged
     individually above it are shown too.
     """
-    printer = Printer.of(topic, as_json, fmt)
+    printer = Printer.of(topic, as_json, fmt, header=not no_header)
     shown = 0
     with connect(url, token) as client:
         settings = client.list_subscriptions(topic).get(sub)

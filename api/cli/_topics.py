@@ -1,6 +1,8 @@
-"""``txnstream topics create|list|delete|stats``."""
+"""``txnstream topics create|list|delete|stats|retention``."""
 
 from __future__ import annotations
+
+from typing import Annotated, Any
 
 import typer
 
@@ -12,7 +14,10 @@ from ._common import (
     UrlOption,
     connect,
     dash,
+    parse_duration_ms,
+    parse_size_bytes,
     print_json,
+    usage,
 )
 
 topics_app = typer.Typer(
@@ -40,13 +45,13 @@ def topics_create(
 def topics_list(
     url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False
 ) -> None:
-    """List topics, one per line."""
+    """List topics, one name per line (--json: one {"topic": NAME} per line)."""
     with connect(url, token) as client:
         names = client.list_topics()
-    if as_json:
-        print_json({"topics": names})
-    else:
-        for name in names:
+    for name in names:
+        if as_json:
+            print_json({"topic": name})
+        else:
             typer.echo(name)
 
 
@@ -90,6 +95,7 @@ def topics_stats(
     else:
         typer.echo("blocking_txn: -")
     typer.echo(f"ledgers: {data.get('ledgers')}  entries: {data.get('entries')}")
+    typer.echo(f"retention: {_shown(data.get('retention'))}")
     snapshot = data.get("snapshot")
     if snapshot:
         typer.echo(f"snapshot: {snapshot.get('position')} at {snapshot.get('taken_at')}")
@@ -104,3 +110,65 @@ def topics_stats(
             f"backlog={sub.get('backlog')} mark_delete={dash(sub.get('mark_delete'))} "
             f"consumers={consumers}"
         )
+
+
+def _limit(text: str | None, parse: Any, option: str) -> tuple[bool, int | None]:
+    """``(given, value)`` of a retention option: ``off`` is no limit."""
+    if text is None:
+        return False, None
+    if text.strip().lower() in ("off", "none"):
+        return True, None
+    return True, parse(text, option=option)
+
+
+def _shown(retention: dict[str, Any] | None) -> str:
+    if not retention or (retention.get("time_ms") is None and retention.get("size_bytes") is None):
+        return "keep everything"
+    time_ms, size = retention.get("time_ms"), retention.get("size_bytes")
+    parts = [] if time_ms is None else [f"time {time_ms} ms"]
+    return ", ".join(parts + ([] if size is None else [f"size {size} bytes"]))
+
+
+@topics_app.command("retention")
+def topics_retention(
+    name: TopicArg,
+    time: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            metavar="DURATION",
+            help="Delete sealed ledgers older than this (30m, 12h, 7d); off: no age limit.",
+        ),
+    ] = None,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            "--size",
+            metavar="SIZE",
+            help="Delete the oldest sealed ledgers while the topic holds more (500MB, 10GiB);"
+            " off: no size limit.",
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show or set topic NAME's retention: what goes once every subscription acknowledged
+    it (whole sealed ledgers, never above the stable position). With neither option it
+    shows the retention in force (the topic's own, else the server's --default-retention);
+    with one, the other kind of limit is off."""
+    time_given, time_ms = _limit(time, parse_duration_ms, "--time")
+    size_given, size_bytes = _limit(size, parse_size_bytes, "--size")
+    if time_ms == 0:
+        usage("--time must be longer than 0 (off: no age limit)")
+    with connect(url, token) as client:
+        if time_given or size_given:
+            data = client.set_retention(name, time_ms=time_ms, size_bytes=size_bytes)
+        else:
+            data = {"topic": name, **(client.stats(name).get("retention") or {})}
+    if as_json:
+        print_json(
+            {"topic": name, "time_ms": data.get("time_ms"), "size_bytes": data.get("size_bytes")}
+        )
+    else:
+        typer.echo(f"retention of {name}: {_shown(data)}")

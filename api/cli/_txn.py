@@ -10,6 +10,7 @@ import typer
 from ._common import (
     DEFAULT_URL,
     JsonOption,
+    NoHeaderOption,
     TokenOption,
     TxnArg,
     UrlOption,
@@ -19,6 +20,7 @@ from ._common import (
     parse_duration_ms,
     print_json,
 )
+from ._format import Table
 
 txn_app = typer.Typer(
     help="Begin, commit, abort, list and inspect transactions.",
@@ -143,6 +145,7 @@ def txn_list(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
+    no_header: NoHeaderOption = False,
 ) -> None:
     """List transactions, oldest first: id, state, age, deadline, label, topics."""
     older_than_ms = (
@@ -153,10 +156,12 @@ def txn_list(
             state=state, label_prefix=label_prefix, older_than_ms=older_than_ms
         )
     items.sort(key=lambda item: str(item.get("created_at") or ""))
-    if as_json:
-        print_json({"transactions": items})
-        return
+    table = Table(("TXN", "STATE", "AGE", "DEADLINE", "LABEL", "TOPICS"), header=not no_header)
     for item in items:
-        topics = ",".join(item.get("topics") or []) or "-"
-        fields = [item["txn"], item["state"], _age(item), dash(item.get("deadline"))]
-        typer.echo("\t".join([*fields, dash(item.get("label")), topics]))
+        if as_json:
+            print_json(item)
+            continue
+        topics = ",".join(item.get("topics") or []) or None
+        table.row(
+            item["txn"], item["state"], _age(item), item.get("deadline"), item.get("label"), topics
+        )

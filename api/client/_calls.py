@@ -13,6 +13,7 @@ import base64
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -23,6 +24,8 @@ from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
 T = TypeVar("T")
 Body = dict[str, Any]
 PositionLike = Position | str
+TimestampLike = datetime | int | str
+"""A publish time: an aware datetime, milliseconds since the epoch, or ISO 8601 text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,13 +258,38 @@ def nack(topic: str, subscription: str, positions: Sequence[PositionLike]) -> Ca
     return Call("POST", f"{_sub(topic, subscription)}/nack", _body, json=body)
 
 
-def seek(topic: str, subscription: str, position: PositionLike) -> Call[Body]:
-    body = {"position": str(position)}
+def _timestamp(when: TimestampLike) -> int | str:
+    """A publish time as the API takes it: ISO 8601 text or integer milliseconds."""
+    return when.isoformat() if isinstance(when, datetime) else when
+
+
+def seek(
+    topic: str, subscription: str, position: PositionLike | None, timestamp: TimestampLike | None
+) -> Call[Body]:
+    if (position is None) == (timestamp is None):
+        raise ValueError("seek takes a position or a timestamp")
+    body: Body = (
+        {"position": str(position)} if timestamp is None else {"timestamp": _timestamp(timestamp)}
+    )
     return Call("POST", f"{_sub(topic, subscription)}/seek", _body, json=body)
 
 
 def fetch(
-    topic: str, start: PositionLike | None, max: int | None, isolation: str | None
+    topic: str,
+    start: PositionLike | None,
+    max: int | None,
+    isolation: str | None,
+    timestamp: TimestampLike | None = None,
 ) -> Call[Body]:
-    params = _query(**{"from": start}, max=max, isolation=isolation)
+    when = None if timestamp is None else _timestamp(timestamp)
+    params = _query(**{"from": start}, max=max, isolation=isolation, timestamp=when)
     return Call("GET", f"{_topic(topic)}/fetch", _body, params=params)
+
+
+def set_retention(topic: str, time_ms: int | None, size_bytes: int | None) -> Call[Body]:
+    body = {"time_ms": time_ms, "size_bytes": size_bytes}
+    return Call("PUT", f"{_topic(topic)}/retention", _body, json=body)
+
+
+def list_ledgers(topic: str) -> Call[list[Body]]:
+    return Call("GET", f"{_topic(topic)}/ledgers", _listed("ledgers"))

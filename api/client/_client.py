@@ -21,7 +21,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from . import _calls as calls
-from ._calls import Body, Call, PositionLike, answer, unreachable
+from ._calls import Body, Call, PositionLike, TimestampLike, answer, unreachable
 from ._servers import Servers
 
 __all__ = ["DEFAULT_FAILOVER_TIMEOUT", "DEFAULT_TIMEOUT", "AsyncClient", "Client"]
@@ -238,9 +238,17 @@ class Client(_Settings):
         """Redeliver ``positions``."""
         return self._send(calls.nack(topic, subscription, positions))
 
-    def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
-        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
-        return self._send(calls.seek(topic, subscription, position))
+    def seek(
+        self,
+        topic: str,
+        subscription: str,
+        position: PositionLike | None = None,
+        *,
+        timestamp: TimestampLike | None = None,
+    ) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``), or to the first
+        message published at or after ``timestamp``; the answer names where it went."""
+        return self._send(calls.seek(topic, subscription, position, timestamp))
 
     def fetch(
         self,
@@ -249,9 +257,21 @@ class Client(_Settings):
         *,
         max: int | None = None,
         isolation: str | None = None,
+        timestamp: TimestampLike | None = None,
     ) -> Body:
-        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
-        return self._send(calls.fetch(topic, start, max, isolation))
+        """Raw entries from ``start`` (the query's ``from``), or from the first entry
+        published at or after ``timestamp``, with the aborted list."""
+        return self._send(calls.fetch(topic, start, max, isolation, timestamp))
+
+    def set_retention(
+        self, topic: str, *, time_ms: int | None = None, size_bytes: int | None = None
+    ) -> Body:
+        """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
+        return self._send(calls.set_retention(topic, time_ms, size_bytes))
+
+    def list_ledgers(self, topic: str) -> list[Body]:
+        """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
+        return self._send(calls.list_ledgers(topic))
 
 
 class AsyncClient(_Settings):
@@ -421,9 +441,17 @@ class AsyncClient(_Settings):
         """Redeliver ``positions``."""
         return await self._send(calls.nack(topic, subscription, positions))
 
-    async def seek(self, topic: str, subscription: str, position: PositionLike) -> Body:
-        """Move the cursor to ``position`` (or ``earliest``/``latest``)."""
-        return await self._send(calls.seek(topic, subscription, position))
+    async def seek(
+        self,
+        topic: str,
+        subscription: str,
+        position: PositionLike | None = None,
+        *,
+        timestamp: TimestampLike | None = None,
+    ) -> Body:
+        """Move the cursor to ``position`` (or ``earliest``/``latest``), or to the first
+        message published at or after ``timestamp``; the answer names where it went."""
+        return await self._send(calls.seek(topic, subscription, position, timestamp))
 
     async def fetch(
         self,
@@ -432,6 +460,18 @@ class AsyncClient(_Settings):
         *,
         max: int | None = None,
         isolation: str | None = None,
+        timestamp: TimestampLike | None = None,
     ) -> Body:
-        """Raw entries from ``start`` (the query's ``from``) with the aborted list."""
-        return await self._send(calls.fetch(topic, start, max, isolation))
+        """Raw entries from ``start`` (the query's ``from``), or from the first entry
+        published at or after ``timestamp``, with the aborted list."""
+        return await self._send(calls.fetch(topic, start, max, isolation, timestamp))
+
+    async def set_retention(
+        self, topic: str, *, time_ms: int | None = None, size_bytes: int | None = None
+    ) -> Body:
+        """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
+        return await self._send(calls.set_retention(topic, time_ms, size_bytes))
+
+    async def list_ledgers(self, topic: str) -> list[Body]:
+        """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
+        return await self._send(calls.list_ledgers(topic))

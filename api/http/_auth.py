@@ -22,12 +22,13 @@ early exit), so neither the file nor the timing gives a token away.
 :class:`AuthMiddleware` (pure ASGI, outside the edge middleware) decides every request
 from its method, path and ``Authorization: Bearer`` header alone, before any work and
 before the body is read. :data:`RULES` says which engine operation each route is:
-``/v1/health`` is open, ``/metrics`` is for admins, a topic route is an operation on the
-topic (and subscription) named in the path, which the principal must :meth:`may_do
-<txnstream.api.Principal.may_do>`, and everything else (transactions, the topic list,
-``/docs``, ``/openapi.json``, unknown routes) needs a known token. Transactions are checked
-by owner in the engine, and reading uncommitted data by the engine too (the routes pass
-``principal=``); ``GET /v1/topics`` lists only the topics a principal has a grant on.
+``/v1/health`` is open (so are the console's pages, ``/docs``, ``/redoc`` and
+``/openapi.json``: no data in them), ``/metrics`` is for admins, a topic route is an
+operation on the topic (and subscription) named in the path, which the principal must
+:meth:`may_do <txnstream.api.Principal.may_do>`, and everything else (transactions, the
+topic list, unknown routes) needs a known token. Transactions are checked by owner in the
+engine, and reading uncommitted data by the engine too (the routes pass ``principal=``);
+``GET /v1/topics`` lists only the topics a principal has a grant on.
 """
 
 from __future__ import annotations
@@ -231,6 +232,10 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         # to a page load); the fragments they fetch with the page's token do: admin.
         ("GET", r"/ui/?|/ui/transactions|/ui/topics/[^/]+|/ui/static/[^/]+", OPEN),
         ("GET", r"/ui/fragments/.*", ADMIN),
+        # The API's description and its docs pages hold no data either; the docs ask for
+        # the token (Swagger UI's Authorize) and send it with the requests they try.
+        ("GET", r"/|/openapi\.json|/docs|/docs/oauth2-redirect|/redoc", OPEN),
+        ("GET", r"/static-offline-docs/.+", OPEN),
         # its topics are in the body: the route checks each with require_topics()
         ("POST", r"/v1/batches", AUTHENTICATED),
         ("PUT", _TOPIC, "create_topic"),
@@ -254,8 +259,8 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
 operation (:data:`~txnstream.api._grants.OPERATIONS`) the route is, on the path's topic and
 subscription: what that needs is the engine's rule, not this table's. A request no rule
 names needs a known token (:data:`AUTHENTICATED`): transactions (the engine checks their
-owner), the topic list (filtered by grants), ``/docs``, ``/openapi.json``. A test checks
-that every route of the app with a topic in its path has a rule here."""
+owner), the topic list (filtered by grants). A test checks that every route of the app with
+a topic in its path has a rule here."""
 
 
 def need_of(method: str, path: str) -> tuple[str, str | None, str | None]:

@@ -6,10 +6,13 @@ A stateless reader (the HTTP client, a Spark task) filters aborted data itself w
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+
+from txnstream.api import InvalidArgumentError
 
 from ._auth import principal_of
 from ._errors import responses
@@ -17,7 +20,7 @@ from ._json import entry_json, ok, pos
 from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
 from ._params import TopicName, engine_of
 from ._responses import FetchResponse
-from ._schemas import FETCH_FROM_PATTERN, Isolation
+from ._schemas import FETCH_FROM_PATTERN, TIMESTAMP_TEXT, Isolation, parse_timestamp
 
 router = APIRouter(tags=["messages"])
 
@@ -45,10 +48,26 @@ async def fetch(
         ),
     ] = "read_committed",
     max_bytes: MaxBytes = DEFAULT_RESPONSE_BYTES,
+    timestamp: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description=f"Instead of 'from': start at the first entry published at or after"
+            f" this time. {TIMESTAMP_TEXT}",
+        ),
+    ] = None,
 ) -> Response:
-    """Raw entries from ``from`` (inclusive) with the aborted transactions among them."""
+    """Raw entries from ``from`` (inclusive), or from a publish time, with the aborted
+    transactions among them."""
     engine = engine_of(request)
-    begin_at = None if start in (None, "earliest") else start
+    begin_at: str | datetime | None = None if start in (None, "earliest") else start
+    if timestamp is not None:
+        if start is not None:
+            raise InvalidArgumentError("give 'from' or 'timestamp', not both")
+        try:
+            begin_at = parse_timestamp(timestamp)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
     result = await engine.fetch(
         topic,
         begin_at,

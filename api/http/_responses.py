@@ -68,6 +68,26 @@ class TopicResponse(BaseModel):
     topic: str = Field(description="The topic's name.")
 
 
+class RetentionResponse(BaseModel):
+    """``PUT /v1/topics/{topic}/retention``: the retention now in force."""
+
+    model_config = _examples({"topic": "orders", "time_ms": 604800000, "size_bytes": None})
+
+    topic: str = Field(description="The topic's name.")
+    time_ms: int | None = Field(description="Age limit of a sealed ledger (null: none).")
+    size_bytes: int | None = Field(description="Size limit of the topic (null: none).")
+
+
+class RetentionInfo(BaseModel):
+    """A topic's retention in its stats: its own, else the server's default."""
+
+    time_ms: int | None = Field(description="Age limit of a sealed ledger (null: none).")
+    size_bytes: int | None = Field(description="Size limit of the topic (null: none).")
+    require_ack: bool = Field(description="Only ledgers every subscription acknowledged go.")
+    max_age: float | None = Field(description="time_ms in seconds (the embedded API's unit).")
+    max_bytes: int | None = Field(description="The same as size_bytes.")
+
+
 class TopicDeletedResponse(BaseModel):
     """``DELETE /v1/topics/{topic}``."""
 
@@ -200,6 +220,9 @@ class StatsResponse(BaseModel):
     subscriptions: dict[str, SubscriptionStats] = Field(description="Subscriptions by name.")
     offloaded_ledgers: int = Field(0, description="Ledgers in the object store.")
     offloaded_bytes: int = Field(0, description="Bytes of their objects.")
+    retention: RetentionInfo | None = Field(
+        default=None, description="What retention deletes (null: everything is kept)."
+    )
 
 
 class LedgerOut(BaseModel):
@@ -472,7 +495,10 @@ class SeekResponse(BaseModel):
 
     model_config = _examples({"position": "0:15"})
 
-    position: str = Field(description="The position sought, as given.")
+    position: str = Field(
+        description="The position sought, as given; for a timestamp, the position it found"
+        " ('latest' if nothing was published at or after it)."
+    )
 
 
 class FetchedEntryOut(BaseModel):

@@ -10,6 +10,7 @@ are what ``/docs`` shows.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
@@ -238,21 +239,115 @@ class NackRequest(_Request):
     )
 
 
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+TIMESTAMP_TEXT = (
+    "A publish time: ISO 8601 ('2026-11-27T04:00:00Z'; without an offset it is UTC) or"
+    " milliseconds since the Unix epoch."
+)
+
+
+def parse_timestamp(value: int | str) -> datetime:
+    """A publish time given as ISO 8601 text (UTC when it names no offset) or integer
+    milliseconds since the epoch, as an aware datetime; ``ValueError`` otherwise.
+
+    >>> parse_timestamp("2026-11-27T04:00:00Z") == parse_timestamp(1795752000000)
+    True
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= MAX_TIMESTAMP_MS:
+            raise ValueError(f"timestamp must be 0..{MAX_TIMESTAMP_MS} ms since the epoch")
+        return datetime.fromtimestamp(value / 1000, UTC)
+    if isinstance(value, str):
+        if value.isdigit():
+            return parse_timestamp(int(value))
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"timestamp {value!r} is not ISO 8601 (or milliseconds)") from None
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    raise ValueError("timestamp must be ISO 8601 text or integer milliseconds")
+
+
 class SeekRequest(_Request):
-    """Body of ``POST .../seek``."""
+    """Body of ``POST .../seek``: a ``position`` or a ``timestamp``."""
 
-    model_config = _examples({"position": "0:15"}, {"position": "earliest"}, strict=True)
-
-    position: Annotated[str, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])] = Field(
-        description="'L:E', earliest or latest: everything before it counts as acknowledged,"
-        " everything from it on as not."
+    model_config = _examples(
+        {"position": "0:15"},
+        {"position": "earliest"},
+        {"timestamp": "2026-11-27T04:00:00Z"},
+        {"timestamp": 1795752000000},
+        strict=True,
     )
 
+    position: Annotated[str | None, Field(pattern=SEEK_PATTERN, examples=["0:15", "earliest"])] = (
+        Field(
+            default=None,
+            description="'L:E', earliest or latest: everything before it counts as acknowledged,"
+            " everything from it on as not.",
+        )
+    )
+    timestamp: StrictInt | StrictStr | None = Field(
+        default=None,
+        description=f"Instead of a position: the first message published at or after this"
+        f" time (latest if none was). {TIMESTAMP_TEXT}",
+        examples=["2026-11-27T04:00:00Z", 1795752000000],
+    )
 
-class TopicRequest(_Request):
-    """Optional body of ``PUT /v1/topics/{topic}``; no settings yet."""
+    @model_validator(mode="after")
+    def _position_or_timestamp(self) -> SeekRequest:
+        if (self.position is None) == (self.timestamp is None):
+            raise ValueError("give exactly one of 'position' and 'timestamp'")
+        if self.timestamp is not None:
+            parse_timestamp(self.timestamp)
+        return self
 
-    model_config = _examples({}, strict=True)
+    def target(self) -> str | datetime:
+        """The position, or the timestamp as an aware datetime."""
+        if self.timestamp is not None:
+            return parse_timestamp(self.timestamp)
+        assert self.position is not None
+        return self.position
+
+
+MAX_RETENTION_MS = 100 * 365 * 86_400_000
+
+
+class RetentionRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/retention``: null (or left out) is no limit."""
+
+    model_config = _examples({"time_ms": 604800000, "size_bytes": 10737418240}, strict=True)
+
+    time_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=1,
+            le=MAX_RETENTION_MS,
+            description="Delete a sealed ledger once it is older than this (and acknowledged"
+            " by every subscription).",
+        ),
+    ] = None
+    size_bytes: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=2**63 - 1,
+            description="Delete the oldest sealed ledgers while the topic holds more bytes"
+            " (acknowledged ones only).",
+        ),
+    ] = None
+
+
+class TopicRequest(RetentionRequest):
+    """Optional body of ``PUT /v1/topics/{topic}``: the topic's retention, as
+    ``PUT .../retention`` takes it (applied whether or not the topic existed)."""
+
+    model_config = _examples({}, {"time_ms": 604800000}, strict=True)
+
+    def retention(self) -> RetentionRequest | None:
+        """The retention the body sets, if it names any."""
+        if not self.model_fields_set & {"time_ms", "size_bytes"}:
+            return None
+        return RetentionRequest(time_ms=self.time_ms, size_bytes=self.size_bytes)
 
 
 MAX_OFFLOAD_AFTER_MS = 100 * 365 * 86_400_000

@@ -144,10 +144,11 @@ async def nack(topic: TopicName, sub: SubName, body: NackRequest, request: Reque
 
 @router.post(f"{_SUBSCRIPTION}/seek", response_model=SeekResponse, responses=responses(404))
 async def seek(topic: TopicName, sub: SubName, body: SeekRequest, request: Request) -> Response:
-    """Move the cursor: everything before the position counts as acknowledged."""
+    """Move the cursor: everything before the position (or the first message published
+    at or after the timestamp) counts as acknowledged."""
     engine = engine_of(request)
-    await engine.seek(topic, sub, body.position)
-    return ok({"position": body.position})
+    went = await engine.seek(topic, sub, body.target())
+    return ok({"position": body.position or str(went)})
 
 
 async def _receive(

@@ -11,8 +11,14 @@ from ._auth import principal_of
 from ._errors import responses
 from ._json import ok
 from ._params import TopicName, engine_of
-from ._responses import StatsResponse, TopicDeletedResponse, TopicListResponse, TopicResponse
-from ._schemas import TopicRequest
+from ._responses import (
+    RetentionResponse,
+    StatsResponse,
+    TopicDeletedResponse,
+    TopicListResponse,
+    TopicResponse,
+)
+from ._schemas import RetentionRequest, TopicRequest
 
 router = APIRouter(tags=["topics"])
 
@@ -26,10 +32,32 @@ router = APIRouter(tags=["topics"])
 async def create_topic(
     topic: TopicName, request: Request, body: Annotated[TopicRequest | None, Body()] = None
 ) -> Response:
-    """Create a topic: 201 when created, 200 when it existed."""
+    """Create a topic: 201 when created, 200 when it existed; a body's retention is set
+    either way."""
     engine = engine_of(request)
     created = await engine.create_topic(topic)
+    retention = None if body is None else body.retention()
+    if retention is not None:
+        await _set_retention(request, topic, retention)
     return ok({"topic": topic}, 201 if created else 200)
+
+
+async def _set_retention(request: Request, topic: str, body: RetentionRequest) -> None:
+    await engine_of(request).set_retention(
+        topic,
+        max_age=None if body.time_ms is None else body.time_ms / 1000,
+        max_bytes=body.size_bytes,
+    )
+
+
+@router.put(
+    "/v1/topics/{topic}/retention", response_model=RetentionResponse, responses=responses(404)
+)
+async def set_retention(topic: TopicName, body: RetentionRequest, request: Request) -> Response:
+    """Set what retention deletes from the topic: whole sealed ledgers older than
+    ``time_ms`` or beyond ``size_bytes``, once every subscription acknowledged them."""
+    await _set_retention(request, topic, body)
+    return ok({"topic": topic, "time_ms": body.time_ms, "size_bytes": body.size_bytes})
 
 
 @router.get("/v1/topics", response_model=TopicListResponse, responses=responses())

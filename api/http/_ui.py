@@ -153,6 +153,12 @@ async def topics_page(
     return _page(request, "topics.html", "/ui/fragments/topics", page="topics", prefix=prefix)
 
 
+@router.get("/", include_in_schema=False)
+async def root_page(request: Request) -> Response:
+    """``/`` is the console (a browser pointed at the server lands somewhere useful)."""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}/ui", status_code=307)
+
+
 @router.get("/ui/")
 async def topics_page_slash(request: Request) -> Response:
     """``/ui/`` is ``/ui`` (the app does not redirect slashes by itself)."""

@@ -4,12 +4,14 @@ a real stdin pipe) or as a real subprocess (what a shell does)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from txnstream.api.cli import main
 
@@ -30,6 +32,19 @@ class Ran:
 
 
 Cli = Callable[..., Ran]
+
+
+def json_lines(text: str) -> list[Any]:
+    """The objects of ``--json`` output: JSON Lines, one object per line."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def subscriptions(cli: Cli, topic: str) -> dict[str, Any]:
+    """``sub list TOPIC --json`` as ``{name: settings}``."""
+    return {
+        sub.pop("subscription"): sub
+        for sub in json_lines(cli("sub", "list", topic, "--json").stdout)
+    }
 
 
 def cli_env(url: str) -> dict[str, str]:

@@ -99,3 +99,26 @@ def test_which_binds_need_auth(host: str, auth: bool, insecure: bool, refused: b
     from txnstream.api.cli._serve import check_bind
 
     assert (check_bind(host, auth=auth, insecure=insecure) is not None) is refused
+
+
+def test_url_token_and_json_work_before_the_command(auth_url: str) -> None:
+    """Issue 31 item 4: ``txnstream --url URL --token T --json topics list``, as in rpk and
+    kubectl; given after the command too, the later one wins."""
+    alice = AUTH_TOKENS["alice"]
+    assert (
+        txnstream("--url", auth_url, "--token", alice, "topics", "create", "a-before").returncode
+        == 0
+    )
+    listed = txnstream("--url", auth_url, "--token", alice, "--json", "topics", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert {"topic": "a-before"} in [json.loads(line) for line in listed.stdout.splitlines()]
+    # Before the command beats the environment; after the command beats before it.
+    env_token = txnstream("--url", auth_url, "--token", alice, "topics", "list", token="wrong")
+    assert env_token.returncode == 0, env_token.stderr
+    wrong_then_right = txnstream(
+        "--url", "http://127.0.0.1:9", "topics", "list", "--url", auth_url, "--token", alice
+    )
+    assert wrong_then_right.returncode == 0, wrong_then_right.stderr
+    nowhere = txnstream("--url", "http://127.0.0.1:9", "--token", alice, "topics", "list")
+    assert nowhere.returncode == 1
+    assert "cannot reach the server at http://127.0.0.1:9" in nowhere.stderr

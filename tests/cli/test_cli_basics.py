@@ -23,7 +23,7 @@ def test_help_shows_flags_without_a_value(cli: Cli) -> None:
         assert "--json " in text, command
         assert "<bool>" not in text, command
     consume = cli("consume", "--help").stdout
-    assert "--from L:E|earliest|latest" in consume
+    assert "--from L:E|earliest|latest|-N|@TIME" in consume
     assert "--follow" in consume
     assert "%v value" in cli("consume", "--help").stdout.replace("\n", " ")
 
@@ -112,7 +112,8 @@ def test_output_to_a_closed_pipe_is_quiet(server_url: str, cli: Cli, name: str) 
     cli("produce", name, stdin="".join(f"{i}\n" for i in range(3000)), ok=True)
     env = {**cli_env(server_url), "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     piped = subprocess.run(
-        f"{sys.executable} -m txnstream consume {name} --from earliest --max 3000 | head -n 1",
+        f"{sys.executable} -m txnstream consume {name} --from earliest --max 3000"
+        " --no-header | head -n 1",
         shell=True,
         env=env,
         cwd=REPO,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from cli_support import REPO, Cli, cli_env
+from cli_support import REPO, Cli, cli_env, subscriptions
 
 
 def _values(out: str) -> list[object]:
@@ -50,7 +50,7 @@ def test_from_reads_committed_data_only(cli: Cli, name: str) -> None:
     assert _values(uncommitted.stdout) == ["a", "b", "c", "d"]
     assert cli("consume", name, "--from", "latest", "--wait-ms", "0").stdout == ""
     # Nothing was acknowledged and no subscription made.
-    assert json.loads(cli("sub", "list", name, "--json").stdout)["subscriptions"] == {}
+    assert subscriptions(cli, name) == {}
 
 
 def test_from_usage_errors(cli: Cli, name: str) -> None:
@@ -78,19 +78,20 @@ def test_an_existing_subscription_keeps_its_type(cli: Cli, name: str) -> None:
     cli("produce", name, "one", "two")
     cli("sub", "create", name, "billing", "--type", "shared")
     # The README case: created as shared elsewhere, consumed without --type.
-    assert cli("consume", name, "billing", "--max", "1").stdout.split("\t")[2].strip() == '"one"'
-    assert cli("consume", name, "billing", "--consumer", "other").stdout.count("\t") == 2
+    one = cli("consume", name, "billing", "--max", "1", "--no-header").stdout
+    assert one.split("\t")[2].strip() == '"one"'
+    assert cli("consume", name, "billing", "--consumer", "other").stdout.count("\n") == 2
     conflict = cli("consume", name, "billing", "--type", "exclusive", ok=False)
     assert conflict.returncode == 1
     assert "conflict" in conflict.stderr
     cli("sub", "create", name, "loose", "--type", "key_shared", "--isolation", "read_uncommitted")
     cli("consume", name, "loose", "--wait-ms", "0")
-    subs = json.loads(cli("sub", "list", name, "--json").stdout)["subscriptions"]
+    subs = subscriptions(cli, name)
     assert (subs["loose"]["type"], subs["loose"]["isolation"]) == ("key_shared", "read_uncommitted")
     # A new subscription is exclusive unless told otherwise.
     cli("consume", name, "fresh", "--wait-ms", "0")
     cli("consume", name, "later", "--wait-ms", "0", "--initial-position", "latest")
-    subs = json.loads(cli("sub", "list", name, "--json").stdout)["subscriptions"]
+    subs = subscriptions(cli, name)
     assert subs["fresh"]["type"] == "exclusive"
     assert subs["later"]["backlog"] == 0
 
@@ -102,7 +103,7 @@ def test_consume_names_the_transaction_in_the_way(cli: Cli, name: str, server_ur
     cli("produce", name, "inside", "--txn", txn)
     cli("produce", name, "after")
     for args in (("s",), ("--from", "earliest")):
-        ran = cli("consume", name, *args, "--wait-ms", "100")
+        ran = cli("consume", name, *args, "--wait-ms", "100", "--no-header")
         assert ran.stdout.count("\t") == 2  # "before" only
         notices = ran.stderr.strip().splitlines()
         assert len(notices) == 1, ran.stderr
@@ -140,3 +141,86 @@ def test_format_tokens(cli: Cli, name: str) -> None:
         failed = cli("consume", name, "s", "--format", bad, ok=False)
         assert failed.returncode == 2
         assert "--format" in failed.stderr
+
+
+def test_consume_prints_everything_to_the_end_and_exits(cli: Cli, name: str) -> None:
+    """Issue 31 item 5: no silent cap of 100; --max limits; -e exits at the end at once."""
+    cli("topics", "create", name)
+    cli("produce", name, stdin="".join(f"{i}\n" for i in range(250)))
+    everything = cli("consume", name, "--from", "earliest", "--json").stdout
+    assert _values(everything) == list(range(250))
+    seven = cli("consume", name, "--from", "earliest", "--json", "--max", "7").stdout
+    assert _values(seven) == list(range(7))
+    through_sub = cli("consume", name, "s", "--json", "-e").stdout
+    assert _values(through_sub) == list(range(250))
+    started = time.monotonic()
+    assert cli("consume", name, "s", "--exit-at-end", "--wait-ms", "10000").stdout == ""
+    assert cli("consume", name, "--from", "latest", "-e", "--wait-ms", "10000").stdout == ""
+    assert time.monotonic() - started < 8  # -e did not wait --wait-ms for a first message
+    both = cli("consume", name, "s", "-e", "--follow", ok=False)
+    assert both.returncode == 2
+    assert "exclude each other" in both.stderr
+
+
+def test_from_the_last_n_and_from_a_time(cli: Cli, name: str) -> None:
+    """--from -N: the last N messages a consumer sees (markers and aborted data take
+    positions too); --from @TIME and sub seek @TIME: by publish time."""
+    _history(cli, name)  # a, b (committed), c (aborted), d
+    cli("produce", name, "e", "f")
+    assert _values(cli("consume", name, "--from", "-3", "--json").stdout) == ["d", "e", "f"]
+    assert _values(cli("consume", name, "--from", "-2", "--json").stdout) == ["e", "f"]
+    assert _values(cli("consume", name, "--from", "-100", "--json").stdout) == list("abdef")
+    entries = [
+        json.loads(line)
+        for line in cli("consume", name, "--from", "-2", "--json").stdout.splitlines()
+    ]
+    when = entries[0]["publish_time"]  # "e"'s: "f" was published with it
+    assert _values(cli("consume", name, "--from", f"@{when}", "--json").stdout)[-2:] == ["e", "f"]
+    assert cli("consume", name, "--from", "@9999-01-01T00:00:00Z", "-e").stdout == ""
+    cli("sub", "create", name, "s")
+    cli("consume", name, "s", "-e")
+    sought = cli("sub", "seek", name, "s", f"@{when}").stdout
+    assert sought.startswith(f"seeked s of {name} to ")
+    assert _values(cli("consume", name, "s", "--json", "-e").stdout)[-2:] == ["e", "f"]
+    for bad in ("-0", "-x", "@"):
+        failed = cli("consume", name, "--from", bad, ok=False)
+        assert failed.returncode == 2, bad
+    late = cli("consume", name, "--from", "@never", ok=False)
+    assert late.returncode == 1
+    assert "ISO 8601" in late.stderr
+
+
+def test_json_lines_and_header_lines(cli: Cli, name: str) -> None:
+    """Issue 31 item 6: --json is one object per line (a listing: one per item); the
+    tab-separated listings have a header line unless --no-header."""
+    cli("topics", "create", name)
+    cli("produce", name, "x")
+    cli("sub", "create", name, "s1")
+    cli("sub", "create", name, "s2")
+    txn = cli("txn", "begin", "--label", f"{name}:j").stdout.strip()
+    for args in (
+        ("sub", "list", name),
+        ("txn", "list", "--label-prefix", f"{name}:"),
+        ("topics", "list"),
+        ("consume", name, "--from", "earliest"),
+        ("sub", "peek", name, "s1"),
+    ):
+        lines = cli(*args, "--json").stdout.splitlines()
+        assert lines, args
+        assert all(isinstance(json.loads(line), dict) for line in lines), args
+    subs = [json.loads(line) for line in cli("sub", "list", name, "--json").stdout.splitlines()]
+    assert [s["subscription"] for s in subs] == ["s1", "s2"]
+    txns = cli("txn", "list", "--label-prefix", f"{name}:", "--json").stdout.splitlines()
+    assert [json.loads(line)["txn"] for line in txns] == [txn]
+    header = {
+        ("sub", "list", name): "SUBSCRIPTION\tTYPE\tISOLATION\tBACKLOG",
+        ("txn", "list", "--label-prefix", f"{name}:"): "TXN\tSTATE\tAGE\tDEADLINE",
+        ("consume", name, "--from", "earliest"): "POSITION\tKEY\tVALUE",
+        ("sub", "peek", name, "s1"): "POSITION\tKEY\tVALUE",
+    }
+    for args, first in header.items():
+        shown = cli(*args).stdout.splitlines()
+        assert shown[0].startswith(first), (args, shown)
+        bare = cli(*args, "--no-header").stdout.splitlines()
+        assert bare == shown[1:], args
+    cli("txn", "abort", txn)

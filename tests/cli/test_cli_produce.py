@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli_support import Cli
+from cli_support import Cli, json_lines
 
 
 def _read_all(cli: Cli, topic: str) -> list[dict[str, Any]]:
@@ -87,7 +87,10 @@ def test_binary_input_without_binary_is_a_usage_error(cli: Cli, cli_proc: Cli, n
 def test_idempotent_producer(cli: Cli, name: str) -> None:
     cli("topics", "create", name)
     first = cli("produce", name, "a", "b", "--producer", "p1", "--sequence", "0", "--json")
-    assert json.loads(first.stdout) == {"positions": ["0:0", "0:1"], "duplicate": False}
+    assert json_lines(first.stdout) == [
+        {"position": "0:0", "duplicate": False},
+        {"position": "0:1", "duplicate": False},
+    ]
     again = cli("produce", name, "a", "b", "--producer", "p1", "--sequence", "0")
     assert "duplicate" in again.stderr
     assert again.stdout.split() == ["0:0", "0:1"]  # the original positions

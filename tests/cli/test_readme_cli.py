@@ -2,8 +2,9 @@
 
 Both ``sh`` blocks are taken from README.md itself ("The same over HTTP", then "Command
 line") and run by bash with ``set -euo pipefail`` against a fresh server: only the
-server's address is changed (``$B`` and ``TXNSTREAM_URL``). The CLI block ends with a
-``consume ... --follow``, which is stopped with Ctrl-C (SIGINT) once it has printed.
+server's address is changed (``$B``, ``TXNSTREAM_URL`` and the address the CLI block
+names). The CLI block ends with a ``consume ... --follow``, which is stopped with Ctrl-C
+(SIGINT) once it has printed.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _pump(stream: IO[str], lines: list[str]) -> None:
 def test_readme_cli_examples_run_as_printed(tmp_path: Path) -> None:
     readme = README.read_text(encoding="utf-8")
     walkthrough = _block(readme, "The same over HTTP")
-    commands = _block(readme, "Command line").rstrip("\n").split("\n")
+    commands = _block(readme, "Command line").replace("http://127.0.0.1:8080", "$TXNSTREAM_URL")
+    commands = commands.rstrip("\n").split("\n")
     assert "--follow" in commands[-1], "the CLI block should end with its --follow line"
     with running_server(tmp_path / "data") as url:
         script = "\n".join(

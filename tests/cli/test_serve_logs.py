@@ -74,7 +74,7 @@ def test_text_logs_share_one_format_and_the_banner_says_what_recovery_did(
     assert first
     for line in first:
         assert TEXT_LINE.match(line), line  # uvicorn's lines look like the engine's
-    assert any(" uvicorn.error Uvicorn running on " in line for line in first)
+    assert any(" uvicorn.error Application startup complete." in line for line in first)
     assert not any("txnstream.access" in line for line in first)  # off by default
     (banner,) = [line for line in first if " txnstream.cli txnstream " in line]
     assert "serving http://127.0.0.1:" in banner

@@ -80,6 +80,10 @@ async def test_fragments_show_positions_the_blocking_transaction_and_the_tail(
     assert "job-1:&lt;x&gt;" in topic.text  # labels and values are escaped
     assert "&lt;b&gt;1&lt;/b&gt;" in topic.text
     assert "<b>1</b>" not in topic.text
+    assert '<span class="value" data-field="retention">keep all</span>' in topic.text
+    await http.put("/v1/topics/orders/retention", json={"time_ms": 7 * 86_400_000})
+    topic = await http.get("/ui/fragments/topics/orders")
+    assert 'data-field="retention">7 d 0 h</span>' in topic.text
 
     txns = (await http.get("/ui/fragments/transactions", params={"label_prefix": "job-1"})).text
     assert f'data-abort="{txn}"' in txns

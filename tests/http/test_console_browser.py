@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import running_server
+from support import AUTH_TOKENS, running_server, write_auth_file
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -233,3 +233,25 @@ def test_api_docs_render_without_internet(page: Any, tmp_path: Path) -> None:
         expect(page.get_by_text("/v1/topics/{topic}/messages").first).to_be_visible()
         shot(page, "docs")
     assert elsewhere == []
+
+
+def test_with_auth_the_docs_and_metrics_links_work(page: Any, tmp_path: Path) -> None:
+    """Issue 31 item 11: behind ``--auth``, "API docs" opens the docs (which ask for the
+    token) and "Metrics" shows the metrics, where both were 401 JSON pages."""
+    from playwright.sync_api import expect
+
+    auth_file = write_auth_file(tmp_path / "principals.json")
+    with running_server(tmp_path / "data", auth_file=auth_file) as url:
+        page.goto(f"{url}/")  # GET / leads to the console
+        expect(page).to_have_url(f"{url}/ui")
+        page.locator("#token").fill(AUTH_TOKENS["ops"])
+        page.get_by_role("button", name="Use").click()
+        with page.context.expect_page() as opened:
+            page.get_by_role("link", name="Metrics").click()
+        metrics = opened.value
+        expect(metrics.locator("body")).to_contain_text("txnstream_build_info")
+        metrics.close()
+        page.get_by_role("link", name="API docs").click()
+        expect(page.locator(".swagger-ui .info .title")).to_contain_text("txnstream")
+        expect(page.get_by_role("button", name="Authorize")).to_be_visible()
+        shot(page, "docs-auth")

@@ -117,8 +117,10 @@ SUB = "/v1/topics/{topic}/subscriptions/s"
 ROWS = [
     Row("health", "GET", "/v1/health", public=True, other=200),
     Row("metrics", "GET", "/metrics", owner=403),
-    Row("openapi", "GET", "/openapi.json", other=200),
-    Row("docs", "GET", "/docs", other=200),
+    Row("openapi", "GET", "/openapi.json", public=True, other=200),
+    Row("docs", "GET", "/docs", public=True, other=200),
+    Row("redoc", "GET", "/redoc", public=True, other=200),
+    Row("docs assets", "GET", "/static-offline-docs/swagger-ui.css", public=True, other=200),
     Row("list topics", "GET", "/v1/topics", other=200),
     Row("create topic", "PUT", "/v1/topics/{new}", other=403, owner=201, admin=201, setup=_topic),
     Row("delete topic", "DELETE", "/v1/topics/{topic}", setup=_topic),
@@ -569,10 +571,6 @@ AUTHENTICATED_ROUTES = {
     ("GET", "/v1/transactions/{txn}"),
     ("POST", "/v1/transactions/{txn}/commit"),
     ("POST", "/v1/transactions/{txn}/abort"),
-    ("GET", "/openapi.json"),
-    ("GET", "/docs"),
-    ("GET", "/docs/oauth2-redirect"),
-    ("GET", "/redoc"),
 }
 """Routes any known token may call (their objects are checked by owner, or filtered)."""
 

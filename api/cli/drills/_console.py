@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
+
+if TYPE_CHECKING:  # rich loads when a drill runs, not with every txnstream command
+    from rich.console import Console
+    from rich.text import Text
 
 DataOption = Annotated[
     Path,
@@ -21,6 +23,8 @@ DataOption = Annotated[
 
 def consoles() -> tuple[Console, Console]:
     """stdout for results (wide when not a terminal, so tables do not fold), stderr for bars."""
+    from rich.console import Console
+
     out = Console(highlight=False)
     if not out.is_terminal:
         out = Console(highlight=False, width=max(out.width, 160))
@@ -29,4 +33,6 @@ def consoles() -> tuple[Console, Console]:
 
 def yes(ok: bool) -> Text:
     """A table cell: green ``yes`` or red ``NO``."""
+    from rich.text import Text
+
     return Text("yes", style="green") if ok else Text("NO", style="bold red")

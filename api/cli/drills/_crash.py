@@ -14,7 +14,6 @@ import secrets
 import signal
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -23,7 +22,7 @@ from rich.text import Text
 
 from txnstream.api import DrillError, TopicReplay, replay_check
 
-from ._console import DataOption, consoles, yes
+from ._console import consoles, yes
 from ._history import History, check_history
 from ._server import ServerChild
 from ._workload import Workload
@@ -190,30 +189,16 @@ class _CrashDrill:
         return 0
 
 
-def crash_command(
-    data: DataOption,
-    duration: Annotated[
-        float, typer.Option(min=1.0, max=3600.0, help="Seconds of workload.")
-    ] = 30.0,
-    kills: Annotated[int, typer.Option(min=0, max=1000, help="SIGKILLs over the run.")] = 5,
-    seed: Annotated[
-        int | None, typer.Option(help="RNG seed (workload and kill schedule); default random.")
-    ] = None,
-    topics: Annotated[int, typer.Option(min=1, max=20, help="Topics.")] = 3,
-    producers: Annotated[int, typer.Option(min=1, max=32, help="Transactional producers.")] = 4,
-    report: Annotated[
-        Path | None, typer.Option(help="Also write the counts and checks here as JSON.")
-    ] = None,
+def run(
+    data: Path,
+    duration: float,
+    kills: int,
+    seed: int | None,
+    topics: int,
+    producers: int,
+    report: Path | None,
 ) -> None:
-    """Kill a real server under a transactional workload and check the recorded history.
-
-    Starts ``txnstream serve`` on a free loopback port over DATA (its log goes to
-    DATA/drill-serve.log), drives transactions (commit ~70%, abort ~20%, abandoned ~10%),
-    an idempotent producer and acking consumers over HTTP, SIGKILLs and restarts the
-    server KILLS times, then checks that nothing committed was lost, nothing aborted or
-    abandoned was delivered, nothing was redelivered after its ack, and order was kept.
-    Exits 1 if any check fails, 2 if the drill could not run.
-    """
+    """``drill crash`` (the command, its options and help are in ``_group``)."""
     out, err = consoles()
     chosen = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     drill = _CrashDrill(

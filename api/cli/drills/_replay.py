@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import typer
 from rich.progress import (
@@ -19,7 +20,7 @@ from rich.text import Text
 
 from txnstream.api import DrillError, TopicReplay, replay_check
 
-from ._console import DataOption, consoles, yes
+from ._console import consoles, yes
 
 
 class _ListHandler(logging.Handler):
@@ -59,12 +60,8 @@ def _replay_table(results: list[TopicReplay]) -> Table:
     return table
 
 
-def replay_command(data: DataOption) -> None:
-    """Compare snapshot recovery with a full replay for every topic of DATA.
-
-    Run it on a data directory no server is using: it opens the store (and, like every
-    open, starts a new ledger per topic). Exits 1 if any topic's states differ.
-    """
+def run(data: Path) -> None:
+    """``drill replay`` (the command, its options and help are in ``_group``)."""
     out, err = consoles()
     handler = _ListHandler()
     snapshot_log = logging.getLogger("txnstream.snapshots")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -11,18 +12,11 @@ from rich.text import Text
 
 from txnstream.api import DB_FILE, Engine
 
-from ._console import DataOption, consoles
+from ._console import consoles
 
 
-def snapshot_command(
-    data: DataOption,
-    topic: Annotated[str, typer.Option("--topic", help="The topic to snapshot.")],
-) -> None:
-    """Take a snapshot of TOPIC now and show what it holds.
-
-    Opens the engine on DATA (recovery and reconciliation included): run it on a data
-    directory no server is using.
-    """
+def run(data: Path, topic: str) -> None:
+    """``drill snapshot`` (the command, its options and help are in ``_group``)."""
     out, err = consoles()
     if not (data / DB_FILE).is_file():
         err.print(f"error: no txnstream database at {data / DB_FILE}", markup=False)

@@ -104,9 +104,31 @@
     }
   }
 
+  // A link to a page that needs the token (Metrics, admin only): a browser cannot add a
+  // header to a navigation, so with a token set it is fetched with the token and shown
+  // as a text page of its own.
+  async function openWithToken(link) {
+    try {
+      const response = await fetch(link.href, { headers: headers(), cache: "no-store" });
+      if (!response.ok) {
+        showNotice(`${link.textContent}: ${await errorText(response)}`, "error");
+        return;
+      }
+      const text = new Blob([await response.text()], { type: "text/plain;charset=utf-8" });
+      window.open(URL.createObjectURL(text), "_blank");
+    } catch (_) {
+      showNotice(`${link.textContent}: the server is unreachable.`, "error");
+    }
+  }
+
   document.addEventListener("click", (event) => {
     const button = event.target.closest("button[data-abort]");
     if (button) abortTxn(button);
+    const link = event.target.closest("a[data-with-token]");
+    if (link && token()) {
+      event.preventDefault();
+      openWithToken(link);
+    }
   });
 
   // Filters refresh at once and stay in the address (a reload keeps them).
