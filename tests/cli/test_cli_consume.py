@@ -5,9 +5,11 @@ and --format."""
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
+from typing import IO
 
 from cli_support import REPO, Cli, cli_env, subscriptions
 
@@ -120,9 +122,12 @@ def test_consume_names_the_transaction_in_the_way(cli: Cli, name: str, server_ur
         env=cli_env(server_url),
         cwd=REPO,
     ) as follower:
-        time.sleep(2.5)  # several polls behind the open transaction
+        assert follower.stderr is not None
+        # held behind the open transaction: its notice comes once it has polled there
+        seen = _read_until(follower.stderr, b"waiting: open transaction", timeout=30)
         cli("txn", "abort", txn)
         out, err = follower.communicate(timeout=30)
+    err = seen + err
     assert follower.returncode == 0, err
     assert out.decode().splitlines() == ["before", "after"]
     assert err.decode().count("waiting: open transaction") == 1, err
@@ -224,3 +229,18 @@ def test_json_lines_and_header_lines(cli: Cli, name: str) -> None:
         bare = cli(*args, "--no-header").stdout.splitlines()
         assert bare == shown[1:], args
     cli("txn", "abort", txn)
+
+
+def _read_until(stream: IO[bytes], marker: bytes, timeout: float) -> bytes:
+    """What ``stream`` (a child's pipe) says until a line holding ``marker`` (bounded)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} within {timeout} s: {seen!r}"
+        ready, _, _ = select.select([stream], [], [], left)
+        if ready:
+            line = stream.readline()
+            assert line, f"the child closed its pipe before {marker!r}: {seen!r}"
+            seen += line
+    return seen
