@@ -17,7 +17,6 @@ without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import stat
@@ -40,7 +39,7 @@ from ._logging import log_config, startup_banner
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from txnstream.api.http import AccessPolicy, BodyLimits
+    from txnstream.api.http import AccessPolicy
 
 __all__ = ["make_server", "serve"]
 
@@ -60,7 +59,7 @@ class _ServedApp:
         self.access = access
         self.url = url
         self.drain = Drain()
-        self.body_limits: BodyLimits | None = None
+        self.app_options: dict[str, Any] = {}
         self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -94,7 +93,7 @@ class _ServedApp:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(
-                    self._engine, drain=self.drain, access=self.access, body_limits=self.body_limits
+                    self._engine, drain=self.drain, access=self.access, **self.app_options
                 )
                 self._watch_sighup(True)
                 banner, fields = startup_banner(self._engine, self.url)
@@ -206,12 +205,10 @@ def make_server(
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
     it is. ``header_timeout`` is the seconds a request's head may take, and the grace
-    before a body must arrive at its minimum rate (see ``BodyLimits``). Raises
+    before a body must arrive at its minimum rate (see ``_connections``). Raises
     ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
-
-    from txnstream.api.http import BodyLimits
 
     if access is None:
         access = access_policy(host)
@@ -226,10 +223,8 @@ def make_server(
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
     served = _ServedApp(data, EngineConfig(**settings), access, f"{scheme}://{shown_host}:{port}")
-    limits = BodyLimits(grace=header_timeout)
     if max_inflight_body_bytes is not None:
-        limits = dataclasses.replace(limits, max_inflight_bytes=max_inflight_body_bytes)
-    served.body_limits = limits
+        served.app_options["max_inflight_body_bytes"] = max_inflight_body_bytes
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
