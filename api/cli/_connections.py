@@ -9,12 +9,18 @@ Here the check happens when a connection is accepted: past the bound it gets a 5
 connection that sends nothing within the keep-alive time is closed, as an idle
 keep-alive connection is.
 
-A request's head must arrive whole within ``--header-timeout`` of its first byte and
-hold at most :data:`MAX_HEADER_BYTES`, else the connection gets a 408 (431) and is closed:
-uvicorn (httptools) waits for the rest of a head for ever and keeps every header it is
-sent, so a crowd sending half a head each held its connection slots (and memory) without
-end. Its h11 protocol bounds the size only, and neither has a deadline (the deadline here
-hooks httptools' parser callbacks, a dependency: with h11 only the size bound holds).
+Slow clients: a request's head must arrive whole within ``--header-timeout`` of its
+first byte and hold at most :data:`MAX_HEADER_BYTES`, and its body must then arrive at
+:data:`MIN_BODY_RATE` on average after the same grace (its deadline is ``header_timeout
++ received / MIN_BODY_RATE`` seconds after the head, Apache ``mod_reqtimeout``'s rule);
+else the connection gets a 408 (431) and is closed. uvicorn (httptools) waits for the
+rest of a head or body for ever and keeps every header it is sent, so a crowd sending
+half a request each held its connection slots (and memory) without end; uvicorn's h11
+protocol bounds a head's size only, and neither has a deadline. The clocks hook
+httptools' parser callbacks (a dependency; with h11 they never start) and cost a few
+attribute writes a request: one timer per server looks at every connection
+:data:`_SWEEPS_PER_TIMEOUT` times per timeout (so a cut comes up to a quarter of it, at
+most 1 s, late), where a timer per request cost ~5 us and an ``asyncio.timeout`` ~20 us.
 
 On SIGTERM uvicorn closes an idle connection at once: a request already on its way
 over it would meet a closed connection. Here an idle connection stays open for
@@ -55,6 +61,9 @@ async def _shutting_down(scope: Any, receive: Any, send: Any) -> None:
 
 MAX_HEADER_BYTES = 64 * 1024
 """The most a request's head (request line and headers) may hold."""
+MIN_BODY_RATE = 64 * 1024
+"""Bytes a second a body must arrive at on average, after ``--header-timeout``."""
+_SWEEPS_PER_TIMEOUT = 4
 
 
 def _closing_response(status: bytes, code: str, message: str) -> bytes:
@@ -77,6 +86,12 @@ SLOW_HEAD_RESPONSE = _closing_response(
     b"408 Request Timeout",
     "invalid_request",
     "the request's headers did not arrive in time (serve --header-timeout)",
+)
+SLOW_BODY_RESPONSE = _closing_response(
+    b"408 Request Timeout",
+    "invalid_request",
+    f"the request body arrived too slowly: at least {MIN_BODY_RATE} bytes/s on average"
+    " after serve --header-timeout",
 )
 LARGE_HEAD_RESPONSE = _closing_response(
     b"431 Request Header Fields Too Large",
@@ -133,39 +148,76 @@ def bounded_protocol(
     refusals = [float("-inf"), 0]  # when the last warning was logged, refusals since
     base = _base_protocol()
 
+    sweep: list[asyncio.TimerHandle | None] = [None]  # the one timer of the server
+    period = min(1.0, header_timeout / _SWEEPS_PER_TIMEOUT)
+
+    def sweep_all(loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        now = loop.time()
+        for connection in list(connections):
+            if isinstance(connection, BoundedProtocol):  # (not an upgraded websocket)
+                connection._cut_if_slow(now)
+        sweep[0] = loop.call_later(period, sweep_all, loop, connections) if connections else None
+
     class BoundedProtocol(base):  # type: ignore[misc, valid-type]
-        _head_timer: asyncio.TimerHandle | None = None
+        _head_since: float | None = None  # when the head being read began
         _head_bytes = 0
+        _body_since: float | None = None  # when the body being read began
+        _body_bytes = 0
 
         # httptools' parser callbacks: a head runs from a message's first byte to the end
-        # of its headers, and its deadline starts with that first byte
+        # of its headers, its body from there to the message's end
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._cancel_head_timer()
-            self._head_bytes = 0
-            self._head_timer = self.loop.call_later(header_timeout, self._slow_head)
+            self._head_since, self._head_bytes = self.loop.time(), 0
 
         def on_headers_complete(self) -> None:
-            self._cancel_head_timer()
+            self._head_since = None
+            self._body_since, self._body_bytes = self.loop.time(), 0
             super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            self._body_bytes += len(body)
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._body_since = None
+            super().on_message_complete()
 
         def data_received(self, data: bytes) -> None:
             if self._lingering:
                 return  # what the client still sends after its answer: dropped unread
             super().data_received(data)
-            if self._head_timer is not None:  # still in a head after this data
+            if self._head_since is not None:  # still in a head after this data
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEADER_BYTES:
                     self._close_with(LARGE_HEAD_RESPONSE)
 
-        def _slow_head(self) -> None:
-            self._head_timer = None
-            self._close_with(SLOW_HEAD_RESPONSE)
+        def _cut_if_slow(self, now: float) -> None:
+            """Close the connection if its head or body is behind its deadline."""
+            if self._lingering or self._lost:
+                return
+            if self._head_since is not None and now - self._head_since >= header_timeout:
+                self._close_with(SLOW_HEAD_RESPONSE)
+            elif self._body_since is not None and self.flow.read_paused:
+                # the server is not reading (its app is behind, or this request waits
+                # behind a pipelined one): that time is not the client's
+                self._body_since += period
+            elif (
+                self._body_since is not None
+                and now > self._body_since + header_timeout + self._body_bytes / MIN_BODY_RATE
+            ):
+                cycle = self.cycle
+                answered = cycle is not None and cycle.response_started
+                if cycle is not None:  # its app gets a disconnect, its answer goes nowhere
+                    cycle.disconnected = True
+                    cycle.message_event.set()
+                self._close_with(None if answered else SLOW_BODY_RESPONSE)
 
-        def _close_with(self, response: bytes) -> None:
-            self._cancel_head_timer()
+        def _close_with(self, response: bytes | None) -> None:
+            self._head_since = self._body_since = None
             if not self.transport.is_closing():
-                self.transport.write(response)
+                if response is not None:
+                    self._raw_transport.write(response)
                 self._linger()
 
         # Closing a socket with unread data in it sends an RST, and a client still
@@ -178,10 +230,7 @@ def bounded_protocol(
         _linger_timer: asyncio.TimerHandle | None = None
 
         def _mid_request(self) -> bool:
-            cycle = self.cycle
-            return self._head_timer is not None or (
-                cycle is not None and cycle.more_body and not cycle.disconnected
-            )
+            return self._head_since is not None or self._body_since is not None
 
         def _linger(self) -> None:
             if self._lingering or self._lost:
@@ -193,14 +242,8 @@ def bounded_protocol(
             raw.resume_reading()
             self._linger_timer = self.loop.call_later(LINGER_SECONDS, raw.close)
 
-        def _cancel_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
         def connection_lost(self, exc: Exception | None) -> None:
             self._lost = True
-            self._cancel_head_timer()
             if self._linger_timer is not None:
                 self._linger_timer.cancel()
             super().connection_lost(exc)
@@ -208,6 +251,8 @@ def bounded_protocol(
         def connection_made(self, transport: Any) -> None:
             self._raw_transport = transport
             super().connection_made(_LingeringTransport(transport, self))
+            if sweep[0] is None:
+                sweep[0] = self.loop.call_later(period, sweep_all, self.loop, self.connections)
             if max_connections is not None and len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refusals[0] >= 1.0:  # one line a second, with the count since

@@ -19,7 +19,6 @@ without it a non-loopback ``--host`` is refused unless ``--insecure``. The Host 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import socket
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from txnstream.api import Engine, EngineConfig
-    from txnstream.api.http import AccessPolicy, BodyLimits
+    from txnstream.api.http import AccessPolicy
     from txnstream.api.kafka import KafkaListener
 
 KafkaAddresses = tuple[tuple[str, int], tuple[str, int] | None]
@@ -76,7 +75,7 @@ class _ServedApp:
         self.access = access
         self.url = url
         self.drain = Drain()
-        self.body_limits: BodyLimits | None = None
+        self.app_options: dict[str, Any] = {}
         self._reloads: set[asyncio.Task[bool]] = set()
         self._app: ASGIApp | None = None
         self._engine: Engine | None = None
@@ -123,7 +122,7 @@ class _ServedApp:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(
-                    engine, drain=self.drain, access=self.access, body_limits=self.body_limits
+                    engine, drain=self.drain, access=self.access, **self.app_options
                 )
                 if not await self._start_kafka(engine, send):
                     return
@@ -267,13 +266,12 @@ def make_server(
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
     it is. ``header_timeout`` is the seconds a request's head may take, and the grace
-    before a body must arrive at its minimum rate (see ``BodyLimits``). Raises
+    before a body must arrive at its minimum rate (see ``_connections``). Raises
     ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
 
     from txnstream.api import EngineConfig
-    from txnstream.api.http import BodyLimits
 
     from ._connections import bounded_protocol
 
@@ -298,10 +296,8 @@ def make_server(
         except OSError as exc:  # ssl.SSLError included
             raise ValueError(f"--tls-cert/--tls-key cannot be loaded: {exc}") from None
     served = _ServedApp(data, EngineConfig(**settings), access, url, kafka, kafka_tls)
-    limits = BodyLimits(grace=header_timeout)
     if max_inflight_body_bytes is not None:
-        limits = dataclasses.replace(limits, max_inflight_bytes=max_inflight_body_bytes)
-    served.body_limits = limits
+        served.app_options["max_inflight_body_bytes"] = max_inflight_body_bytes
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -12,14 +12,12 @@ from ._auth import Authenticator, AuthFileError, token_digest
 from ._edge import ASGIApp, Drain, Message, Receive, Scope, Send, send_error
 from ._errors import ERROR_TABLE
 from ._json import error_body
-from ._limits import BodyLimits
 
 __all__ = [
     "ASGIApp",
     "AccessPolicy",
     "Authenticator",
     "AuthFileError",
-    "BodyLimits",
     "Drain",
     "ERROR_TABLE",
     "Message",

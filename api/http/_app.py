@@ -45,7 +45,7 @@ from ._auth import AuthMiddleware
 from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._lane import HotLane
-from ._limits import BodyLimits
+from ._limits import DEFAULT_INFLIGHT_BODY_BYTES
 from ._schemas import BatchRequest, BeginRequest, ProduceRequest
 from ._telemetry import HttpMetrics
 
@@ -89,14 +89,14 @@ def create_app(
     *,
     drain: Drain | None = None,
     access: AccessPolicy | None = None,
-    body_limits: BodyLimits | None = None,
+    max_inflight_body_bytes: int = DEFAULT_INFLIGHT_BODY_BYTES,
 ) -> FastAPI:
     """The FastAPI app serving the HTTP API over ``engine``, which must already be open.
 
     ``drain`` lets the server owner end pending long polls at shutdown; ``access`` sets
     tokens, the Host rule and allowed cross-site origins (default: no tokens, no Host
-    rule, no cross-site origin); ``body_limits`` how slowly and how many request bodies
-    may arrive at once (default: :class:`BodyLimits`).
+    rule, no cross-site origin); ``max_inflight_body_bytes`` bounds the request bodies
+    of all requests in progress together (503 before reading past it).
     """
     app = FastAPIOffline(
         title="txnstream",
@@ -116,7 +116,9 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(HotLane, router=app.router, handlers=app.exception_handlers)
     app.add_middleware(
-        BodyLimitMiddleware, max_request_bytes=engine.config.max_request_bytes, limits=body_limits
+        BodyLimitMiddleware,
+        max_request_bytes=engine.config.max_request_bytes,
+        max_inflight_bytes=max_inflight_body_bytes,
     )
     _install_access(app, access or AccessPolicy())
     # Outermost (added last): ids, counts and logs what the inner middlewares answer too.

@@ -3,8 +3,8 @@
 ``EdgeMiddleware`` (outermost, pure ASGI, cheap) gives each request an id, counts and
 logs it and turns anything unexpected into a logged 500 ``internal``;
 ``BodyLimitMiddleware`` (inside the access checks) enforces the request body limit
-before any parsing (413 ``too_large``), the minimum rate a body must arrive at (408) and
-the bound on the bodies of all requests in progress (503, see :class:`BodyLimits`).
+before any parsing (413 ``too_large``) and the bound on the bodies of all requests in
+progress (503).
 ``Drain`` ends pending long polls early when the server shuts down, so a SIGTERM is not
 held up by 30-second polls.
 """
@@ -22,7 +22,7 @@ from typing import Any
 from starlette.routing import BaseRoute
 
 from ._json import error_body
-from ._limits import BodyLimits
+from ._limits import DEFAULT_INFLIGHT_BODY_BYTES
 from ._telemetry import HttpMetrics, access_log, log_access, route_label
 
 log = logging.getLogger("txnstream.http")
@@ -140,16 +140,24 @@ class EdgeMiddleware:
 
 class BodyLimitMiddleware:
     """Reads a request body whole, within the limit (413 ``too_large`` before any
-    parsing), at the minimum rate (408) and within the bound on the bodies of all
-    requests in progress (503 before reading), for the routes to take from the scope;
-    inside the access checks, so an unauthenticated body is never read."""
+    parsing) and within the bound on the bodies of all requests in progress (503
+    ``unavailable`` before reading), for the routes to take from the scope; inside the
+    access checks, so an unauthenticated body is never read.
+
+    Each body counts against ``max_inflight_bytes`` at its declared length (a chunked
+    one at ``max_request_bytes``) from its headers to its answer. How slowly a body may
+    arrive is the connection's business (``serve --header-timeout``): a body cut off
+    for it ends here as a disconnect, and the app is not called."""
 
     def __init__(
-        self, app: ASGIApp, max_request_bytes: int, limits: BodyLimits | None = None
+        self,
+        app: ASGIApp,
+        max_request_bytes: int,
+        max_inflight_bytes: int = DEFAULT_INFLIGHT_BODY_BYTES,
     ) -> None:
         self.app = app
         self.max_request_bytes = max_request_bytes
-        self.limits = limits or BodyLimits()
+        self.max_inflight_bytes = max_inflight_bytes
         self.inflight = 0
         """Bytes reserved by the bodies of the requests in progress."""
 
@@ -162,7 +170,7 @@ class BodyLimitMiddleware:
         # chunked (a body declared oversize is read and dropped, never held)
         limit = self.max_request_bytes
         reserved = limit if declared is None else declared if declared <= limit else 0
-        if reserved and self.inflight + reserved > self.limits.max_inflight_bytes:
+        if reserved and self.inflight + reserved > self.max_inflight_bytes:
             await send_error(
                 send,
                 503,
@@ -174,14 +182,9 @@ class BodyLimitMiddleware:
             return
         self.inflight += reserved
         try:
-            try:
-                body = await self._read_body(declared, receive)
-            except TimeoutError:
-                text = (
-                    "the request body arrived too slowly: at least"
-                    f" {self.limits.min_rate} bytes/s after {self.limits.grace:g} s"
-                )
-                await send_error(send, 408, "invalid_request", text, closing=True)
+            body = await self._read_body(declared, receive)
+            if body is _GONE:  # nobody to answer: counted as the 408 it mostly is
+                await send_error(send, 408, "invalid_request", "the body did not arrive whole")
                 return
             if body is None:
                 await send_error(send, 413, "too_large", self._too_large_text())
@@ -198,36 +201,34 @@ class BodyLimitMiddleware:
         return f"request body exceeds the limit of {self.max_request_bytes} bytes"
 
     async def _read_body(self, declared: int | None, receive: Receive) -> bytes | None:
-        """The whole body, or None (after draining what is reasonable) when it is too big;
-        ``TimeoutError`` when it arrives slower than the minimum rate."""
+        """The whole body, None (after draining what is reasonable) when it is too big,
+        or :data:`_GONE` when the connection ended before it did (the client went away,
+        or the server cut off a body arriving too slowly, ``serve --header-timeout``)."""
         limit = self.max_request_bytes
-        grace, rate = self.limits.grace, self.limits.min_rate
         too_large = declared is not None and declared > limit
         chunks: list[bytes] = []
         size = 0
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        # one timer for the whole body, moved on as bytes arrive (no task per chunk)
-        async with asyncio.timeout_at(started + grace) as deadline:
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    # Client went away; hand the app an empty body, it will fail to answer.
-                    return b""
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    too_large = True
-                if too_large:
-                    chunks.clear()
-                    if size > limit + _DRAIN_SLACK:
-                        return None
-                else:
-                    chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-                deadline.reschedule(started + grace + size / rate)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return _GONE
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                too_large = True
+            if too_large:
+                chunks.clear()
+                if size > limit + _DRAIN_SLACK:
+                    return None
+            else:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
         return None if too_large else b"".join(chunks)
+
+
+_GONE = b"gone"
+"""What :meth:`BodyLimitMiddleware._read_body` returns for a body that never came whole."""
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Query
@@ -25,19 +24,6 @@ MaxBytes = Annotated[
 """The ``max_bytes`` query parameter of ``receive`` and ``fetch``."""
 
 
-@dataclass(frozen=True, slots=True)
-class BodyLimits:
-    """How request bodies are read (``serve --header-timeout``,
-    ``--max-inflight-body-bytes``), against clients that send slowly or all at once.
-
-    A body must arrive at :attr:`min_rate` on average after a grace of :attr:`grace`
-    seconds: its deadline is ``grace + received / min_rate`` seconds after its headers
-    (Apache's ``mod_reqtimeout`` rule), so a trickle is cut off after ``grace`` seconds
-    plus what it sent, while a large body on a reasonable link is not. The bodies of the
-    requests in progress hold at most :attr:`max_inflight_bytes` together: a request
-    whose body would go past it is 503 ``unavailable`` before any of it is read.
-    """
-
-    grace: float = 10.0
-    min_rate: int = 64 * 1024
-    max_inflight_bytes: int = 256 * MiB
+DEFAULT_INFLIGHT_BODY_BYTES = 256 * MiB
+"""How many bytes the bodies of all requests in progress may hold together by default
+(``serve --max-inflight-body-bytes``): past it, 503 ``unavailable`` before reading."""
