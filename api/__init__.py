@@ -1,9 +1,9 @@
 """txnstream's embedded surface: :class:`Engine`, its configuration, handles, value types
 and the one error tree rooted at :class:`EngineError`.
 
-Never imports FastAPI, typer, httpx or PySpark: the adapters live in the subpackages
-``txnstream.api.http``, ``.client``, ``.cli`` and ``.spark``, and use only what this module
-exports. ``txnstream`` itself re-exports this surface.
+Never imports FastAPI, typer, httpx, kafka-python or PySpark: the adapters live in the
+subpackages ``txnstream.api.http``, ``.kafka``, ``.client``, ``.cli`` and ``.spark``, and
+use only what this module exports. ``txnstream`` itself re-exports this surface.
 """
 
 import typing

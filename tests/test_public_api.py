@@ -2,9 +2,10 @@
 
 Everything installs under one import name, ``txnstream``; the layers are its subpackages
 and point one way: ledger <- txn_buffer <- {dispatcher, snapshots} <- api. Inside ``api``
-the adapters (``http``, ``client``, ``cli``, ``spark``) use the engine only through
-``from txnstream.api import ...``; cli may also use http (serve) and client, spark uses
-client. Nobody imports another package's private modules, nor a layer by a bare name.
+the adapters (``http``, ``kafka``, ``client``, ``cli``, ``spark``) use the engine only
+through ``from txnstream.api import ...``; cli may also use http and kafka (serve) and
+client, spark uses client. Nobody imports another package's private modules, nor a layer
+by a bare name.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ def test_imports_point_down_and_adapters_use_the_api_root(path: Path) -> None:
 def test_the_api_root_imports_no_adapter_dependency() -> None:
     code = (
         "import sys, txnstream\n"
-        "heavy = [m for m in ('fastapi', 'typer', 'httpx', 'pyspark', 'pyarrow', 'uvicorn')"
+        "heavy = [m for m in ('fastapi', 'typer', 'httpx', 'pyspark', 'pyarrow', 'uvicorn',"
+        " 'kafka')"
         " if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
