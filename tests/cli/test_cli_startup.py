@@ -82,7 +82,8 @@ def test_version_and_a_client_command_start_within_a_few_interpreter_starts(
     floor = _cpu_seconds([sys.executable, "-c", "pass"], env)
     version = _cpu_seconds([sys.executable, "-m", "txnstream", "--version"], env)
     listing = _cpu_seconds([sys.executable, "-m", "txnstream", "topics", "list"], env)
-    # ~0.9 s (25-30x) when every call loaded the server; typer, httpx and pydantic (which
-    # typer uses for its options) take ~5-8x of a bare interpreter's start.
-    assert version < 12 * floor + 0.05, (version, floor)
-    assert listing < 15 * floor + 0.05, (listing, floor)
+    # ~0.9 s (35-50x) when every call loaded the server; typer, httpx and pydantic (which
+    # typer 0.29 coerces option values with) take ~5-10x of a bare interpreter's start,
+    # more on a loaded machine. Generous: what they import is checked exactly above.
+    assert version < 20 * floor + 0.1, (version, floor)
+    assert listing < 25 * floor + 0.1, (listing, floor)
