@@ -54,6 +54,7 @@ from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
 from ._lock import LOCK_FILE, DirectoryLock
 from ._offload import OffloadStore, normalize_url, sidecar_url
 from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
+from ._pg_url import PostgresUrl, store_location
 from ._position import Position
 from ._reads import EntryMeta, decode_row
 from ._schema import DB_FILE
@@ -96,6 +97,7 @@ __all__ = [
     "OutgoingMessage",
     "PACK_ERRORS",
     "Position",
+    "PostgresUrl",
     "ProducerRow",
     "RemoteStorageError",
     "Row",
@@ -128,6 +130,7 @@ __all__ = [
     "plain_payload_layout",
     "sidecar_url",
     "split_value",
+    "store_location",
     "unpack",
     "validate_name",
     "value_packer",
