@@ -1,7 +1,8 @@
 """The PostgreSQL schema: the tables of :mod:`._schema` in PostgreSQL's types, plus the
 lease, migrated on open under an advisory lock.
 
-The tables and columns are SQLite's, one for one (a test compares them), so both stores
+The tables and columns are SQLite's, one for one (a test compares them), plus PostgreSQL's
+own: ``leases`` (:mod:`._pg_lease`) and ``flush_marks`` (:mod:`._pg_write`). Both stores
 keep the same rows: ``BIGINT`` for SQLite's integers (ids, sequence numbers and
 milliseconds all pass 2**31), ``BYTEA`` for blobs, ``BOOLEAN`` for flags, and a primary
 key on every table. SQLite's ``WITHOUT ROWID`` tables (clustered on their key) become
@@ -26,6 +27,7 @@ import psycopg
 
 from ._errors import LedgerError
 from ._pg_lease import LEASE_DDL
+from ._pg_write import MARKS_DDL
 
 SCHEMA_VERSION = 1
 
@@ -159,6 +161,7 @@ CREATE TABLE snapshots (
 );
 """
     + LEASE_DDL
+    + MARKS_DDL
 )
 
 # Each step brings the schema from version N-1 to N.

@@ -18,8 +18,9 @@ from txnstream.ledger._schema import migrate as migrate_sqlite
 
 pytestmark = pytest.mark.timeout(60)
 
-# PostgreSQL's own: the version row and the lease (SQLite has one writer and a file lock)
-PG_ONLY = {"schema_version", "leases"}
+# PostgreSQL's own: the version row, the lease and the flush marks (SQLite has one writer
+# and a file lock)
+PG_ONLY = {"schema_version", "leases", "flush_marks"}
 
 
 async def pg_columns(conn: psycopg.AsyncConnection[Any]) -> dict[str, set[str]]:
