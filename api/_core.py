@@ -25,6 +25,7 @@ from txnstream.ledger import (
     InvalidArgumentError,
     OffloadStore,
     Position,
+    StorageMetrics,
     Store,
     TopicNotFoundError,
     TxnId,
@@ -138,6 +139,7 @@ class EngineCore:
         self.state = EngineState.UNOPENED
         self._failure: BaseException | None = None
         self._store: Store | None = None
+        self._storage_metrics = StorageMetrics(database_bytes=0, wal_bytes=0)
         self._coordinator: Coordinator | None = None
         self._subscriptions: SubscriptionRegistry | None = None
         self._topics: dict[str, Topic] = {}
@@ -175,6 +177,13 @@ class EngineCore:
         if self._store is None:
             raise ClosedError("the engine is not open")
         return self._store
+
+    def storage_metrics(self) -> StorageMetrics:
+        """What the store reports about its storage (database and write-ahead log
+        sizes); while none is open (recovering, closed), what it reported last."""
+        if self._store is not None:
+            self._storage_metrics = self._store.storage_metrics()
+        return self._storage_metrics
 
     @property
     def coordinator(self) -> Coordinator:

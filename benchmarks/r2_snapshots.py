@@ -80,7 +80,7 @@ def _blob_bytes(batch: WriteBatch) -> int:
     """Sum of the blob parameters of ``batch`` (the snapshot and segment payloads)."""
     return sum(
         len(param)
-        for _, rows in batch._statements
+        for _, rows in batch.ops
         for row in rows
         for param in row
         if isinstance(param, bytes)

@@ -109,10 +109,7 @@ class SubscriptionState:
     def prepare_cursor_write(self, batch: WriteBatch) -> None:
         """Add the cursor's current durable form to ``batch``."""
         self._settle_skipped()
-        batch.add(
-            "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
-            (self.cursor.encode(), self.topic.topic_id, self.name),
-        )
+        batch.put_cursor(self.topic.topic_id, self.name, self.cursor.encode())
 
     # -- acknowledgement -----------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The subscription registry: every subscription of every topic, and its table.
 
-Owns the ``subscriptions`` table (create, load, delete; cursors are written by each
+Owns the stored subscriptions (create, load, delete; cursors are written by each
 :class:`Subscription`), detaches idle consumers, and is the coordinator's ack
 participant: when a transaction ends, :meth:`SubscriptionRegistry.prepare_txn_end`
 applies (commit) or releases (abort) its transactional acks in the same batch as the
@@ -27,11 +27,6 @@ from ._cursor import Cursor
 from ._message import Isolation, SubscriptionType, parse_enum
 from ._subscription import Subscription
 
-_INSERT = (
-    "INSERT INTO subscriptions (topic_id, name, type, isolation, cursor, created_ms)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
-)
-
 
 class SubscriptionRegistry:
     """Subscriptions keyed by ``(topic name, subscription name)``."""
@@ -42,9 +37,7 @@ class SubscriptionRegistry:
 
     async def load(self, topics_by_id: Mapping[int, Topic]) -> None:
         """Load every stored subscription of the given topics (recovery)."""
-        rows = await self._store.read(
-            "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
-        )
+        rows = await self._store.subscription_rows()
         for topic_id, name, type_, isolation, cursor, created_ms in rows:
             topic = topics_by_id.get(topic_id)
             if topic is not None:
@@ -105,9 +98,8 @@ class SubscriptionRegistry:
         cursor = Cursor(topic.buffer.last_confirmed if initial_position == "latest" else None)
         created = now_ms()
         batch = WriteBatch()
-        batch.add(
-            _INSERT,
-            (topic.topic_id, name, str(sub_type), str(sub_isolation), cursor.encode(), created),
+        batch.create_subscription(
+            topic.topic_id, name, str(sub_type), str(sub_isolation), cursor.encode(), created
         )
         await self._store.write(batch)
         self._subscriptions[(topic.name, name)] = Subscription(
@@ -117,10 +109,7 @@ class SubscriptionRegistry:
 
     def prepare_delete(self, batch: WriteBatch, subscription: Subscription) -> None:
         """Add the deletion of ``subscription``'s row to ``batch``."""
-        batch.add(
-            "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
-            (subscription.topic.topic_id, subscription.name),
-        )
+        batch.drop_subscription(subscription.topic.topic_id, subscription.name)
 
     def remove(self, subscription: Subscription) -> None:
         """Forget a deleted subscription (after its deletion is durable)."""
@@ -132,7 +121,7 @@ class SubscriptionRegistry:
     @staticmethod
     def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:
         """Add the deletion of every subscription row of a topic to ``batch``."""
-        batch.add("DELETE FROM subscriptions WHERE topic_id = ?", (topic_id,))
+        batch.drop_subscriptions(topic_id)
 
     def remove_topic(self, topic: str) -> None:
         """Forget every subscription of a deleted topic."""

@@ -1,8 +1,10 @@
-"""The bottom layer: positions, entries, the msgpack codec, and the managed ledger on SQLite.
+"""The bottom layer: positions, entries, the msgpack codec, the managed ledger, and the
+storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite implementation.
 
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
 
+from ._batch import WriteBatch
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
 from ._codec import (
     PACK_ERRORS,
@@ -58,7 +60,9 @@ from ._pg_url import PostgresUrl, store_location
 from ._position import Position
 from ._reads import EntryMeta, decode_row
 from ._schema import DB_FILE
-from ._store import Store, WriteBatch
+from ._sqlite_store import SqliteStore
+from ._sqlite_view import database_file
+from ._store import DataRow, StorageMetrics, Store, StoreReader
 from ._tiers import LedgerInfo
 
 __all__ = [
@@ -73,6 +77,7 @@ __all__ = [
     "CorruptEntryError",
     "DB_FILE",
     "DataDirLockedError",
+    "DataRow",
     "DirectoryLock",
     "DrillError",
     "EngineError",
@@ -102,7 +107,10 @@ __all__ = [
     "RemoteStorageError",
     "Row",
     "SnapshotError",
+    "SqliteStore",
+    "StorageMetrics",
     "Store",
+    "StoreReader",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
     "TooLargeError",
@@ -115,6 +123,7 @@ __all__ = [
     "TxnStreamSourceError",
     "TxnStreamTransportError",
     "WriteBatch",
+    "database_file",
     "decode_payload",
     "decode_payloads",
     "decode_row",

@@ -18,24 +18,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ._batch import WriteBatch
 from ._codec import pack, unpack
 from ._errors import InvalidArgumentError
 from ._position import Position
-from ._store import Store, WriteBatch
-
-TOPIC_TABLES = ("entries", "ledgers", "aborted_txns", "producers", "topics")
-"""The tables of this layer that hold rows of a topic (what deleting a topic removes)."""
+from ._store import Store
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-
-_UPSERT_PRODUCER = (
-    "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions) VALUES (?, ?, ?, ?)"
-)
-_INSERT_ABORTED = (
-    "INSERT OR REPLACE INTO aborted_txns (topic_id, txn, first_ledger, first_entry, last_ledger,"
-    " last_entry, marker_ledger, marker_entry, stable_ledger, stable_entry)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 def validate_name(name: Any, what: str = "topic") -> str:
@@ -85,52 +74,36 @@ class Catalog:
 
     async def topics(self) -> list[TopicRow]:
         """Every topic, by id."""
-        rows = await self._store.read(
-            "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
-        )
+        rows = await self._store.topic_rows()
         return [TopicRow(int(t), str(n), int(c), r, o) for t, n, c, r, o in rows]
 
     async def next_topic_id(self) -> int:
         """An id never used by any topic, deleted ones included."""
-        rows = await self._store.read(
-            "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
-            " (SELECT value FROM meta WHERE key = 'next_topic_id')"
-        )
-        highest, reserved = rows[0]
-        return max(int(highest) + 1, int(reserved or 0))
+        return await self._store.next_topic_id()
 
     @staticmethod
     def prepare_create_topic(batch: WriteBatch, topic_id: int, name: str, created_ms: int) -> None:
         """Insert the topic's row and move the id counter past it."""
-        batch.add(
-            "INSERT INTO topics (topic_id, name, created_ms) VALUES (?, ?, ?)",
-            (topic_id, name, created_ms),
-        )
-        batch.add(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)", (topic_id + 1,)
-        )
+        batch.create_topic(topic_id, name, created_ms)
 
     @staticmethod
     def prepare_retention(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:
         """Store the topic's encoded retention policy."""
-        batch.add("UPDATE topics SET retention = ? WHERE topic_id = ?", (encoded, topic_id))
+        batch.put_retention(topic_id, encoded)
 
     @staticmethod
     def prepare_offload_policy(batch: WriteBatch, topic_id: int, encoded: bytes | None) -> None:
         """Store the topic's encoded offload policy."""
-        batch.add("UPDATE topics SET offload = ? WHERE topic_id = ?", (encoded, topic_id))
+        batch.put_offload_policy(topic_id, encoded)
 
     @staticmethod
     def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:
         """Delete every row this layer holds for the topic (its log included)."""
-        for table in TOPIC_TABLES:
-            batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic_id,))
+        batch.drop_topic(topic_id)
 
     async def producers(self, topic_id: int) -> list[ProducerRow]:
         """The idempotent producers of a topic with their last stored batch."""
-        rows = await self._store.read(
-            "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?", (topic_id,)
-        )
+        rows = await self._store.producer_rows(topic_id)
         out = []
         for producer, last_seq, packed in rows:
             first_seq, positions = unpack(packed)
@@ -146,7 +119,7 @@ class Catalog:
         """Record a producer's batch (first sequence and positions)."""
         last_seq = first_seq + len(positions) - 1
         packed = pack([first_seq, [str(p) for p in positions]])
-        batch.add(_UPSERT_PRODUCER, (topic_id, producer, last_seq, packed))
+        batch.put_producer(topic_id, producer, last_seq, packed)
 
     @staticmethod
     def prepare_aborted(
@@ -159,8 +132,7 @@ class Catalog:
         stable: Position | None,
     ) -> None:
         """Add an aborted transaction's row to the per-ledger aborted index."""
-        batch.add(
-            _INSERT_ABORTED,
+        batch.put_aborted(
             (
                 topic_id,
                 txn_seq,

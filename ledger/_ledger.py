@@ -16,23 +16,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ._batch import WriteBatch
 from ._entry import EntryKind, TxnId
 from ._offload import OffloadStore
 from ._position import Position
 from ._reads import LedgerReads
-from ._store import Store, WriteBatch
+from ._store import Store
 from ._tiers import REMOTE, LedgerInfo
 
 _new_tuple = tuple.__new__  # tuple.__new__(Position, (l, e)): a Position made in C
-
-_INSERT_ENTRY = (
-    "INSERT INTO entries (topic_id, ledger_id, entry_id, kind, txn, data) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_INSERT_LEDGER = (
-    "INSERT INTO ledgers (topic_id, ledger_id, created_ms, entries, bytes, has_aborts)"
-    " VALUES (?, ?, ?, NULL, NULL, 0)"
-)
-_SEAL_LEDGER = "UPDATE ledgers SET entries = ?, bytes = ? WHERE topic_id = ? AND ledger_id = ?"
 
 
 def now_ms() -> int:
@@ -77,7 +69,7 @@ class ManagedLedger(LedgerReads):
     ) -> ManagedLedger:
         """A new topic's ledger list, with ledger 0 open (rows added to ``batch``)."""
         created = now_ms()
-        batch.add(_INSERT_LEDGER, (topic_id, 0, created))
+        batch.open_ledger(topic_id, 0, created)
         info = LedgerInfo(0, created, 0, 0, False, False)
         return cls(
             store, topic_id, [info], max_entries=max_entries, max_bytes=max_bytes, remote=remote
@@ -94,11 +86,7 @@ class ManagedLedger(LedgerReads):
         remote: OffloadStore | None = None,
     ) -> ManagedLedger:
         """Load an existing topic's ledgers, seal the open one and start a new ledger."""
-        rows = await store.read(
-            "SELECT ledger_id, created_ms, entries, bytes, has_aborts, location, url, size,"
-            " checksum FROM ledgers WHERE topic_id = ? ORDER BY ledger_id",
-            (topic_id,),
-        )
+        rows = await store.ledger_rows(topic_id)
         ledgers: list[LedgerInfo] = []
         batch = WriteBatch()
         for ledger_id, created_ms, entries, size, has_aborts, location, url, osize, crc in rows:
@@ -119,22 +107,15 @@ class ManagedLedger(LedgerReads):
                 )
                 continue
             if entries is None:  # left open by the previous run: count what is durable
-                ((entries, size),) = await store.read(
-                    "SELECT count(*), coalesce(sum(length(data)), 0) FROM entries"
-                    " WHERE topic_id = ? AND ledger_id = ?",
-                    (topic_id, ledger_id),
-                )
+                entries, size = await store.ledger_totals(topic_id, ledger_id)
                 if entries == 0 and not has_aborts:
-                    batch.add(
-                        "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id = ?",
-                        (topic_id, ledger_id),
-                    )
+                    batch.drop_ledger(topic_id, ledger_id)
                     continue
-                batch.add(_SEAL_LEDGER, (entries, size, topic_id, ledger_id))
+                batch.seal_ledger(topic_id, ledger_id, entries, size)
             ledgers.append(LedgerInfo(ledger_id, created_ms, entries, size, bool(has_aborts), True))
         next_id = max((int(r[0]) for r in rows), default=-1) + 1
         created = now_ms()
-        batch.add(_INSERT_LEDGER, (topic_id, next_id, created))
+        batch.open_ledger(topic_id, next_id, created)
         ledgers.append(LedgerInfo(next_id, created, 0, 0, False, False))
         await store.write(batch)
         return cls(
@@ -171,7 +152,7 @@ class ManagedLedger(LedgerReads):
                 )
             )
             positions.append(position)
-        batch.add_many(_INSERT_ENTRY, rows)
+        batch.insert_entries(rows)
         batch.entries += len(records)
         batch.bytes += size
         return positions
@@ -251,19 +232,19 @@ class ManagedLedger(LedgerReads):
             payloads,
             strict=False,  # (the repeats are endless: payloads end it)
         )
-        batch.add_many(_INSERT_ENTRY, rows)
+        batch.insert_entries(rows)
         return list(
             map(_new_tuple, repeat(Position), zip(repeat(ledger_id), entry_ids, strict=False))
         )
 
     def _roll_over(self, batch: WriteBatch, pending_rows: list[tuple[Any, ...]]) -> LedgerInfo:
-        batch.add_many(_INSERT_ENTRY, pending_rows)
+        batch.insert_entries(pending_rows)
         current = self._ledgers[-1]
         current.sealed = True
-        batch.add(_SEAL_LEDGER, (current.entries, current.bytes, self.topic_id, current.ledger_id))
+        batch.seal_ledger(self.topic_id, current.ledger_id, current.entries, current.bytes)
         created = now_ms()
         info = LedgerInfo(current.ledger_id + 1, created, 0, 0, False, False)
-        batch.add(_INSERT_LEDGER, (self.topic_id, info.ledger_id, created))
+        batch.open_ledger(self.topic_id, info.ledger_id, created)
         self._ledgers.append(info)
         self._ids.append(info.ledger_id)
         return info
@@ -273,9 +254,7 @@ class ManagedLedger(LedgerReads):
         open finds it sealed instead of counting its rows (a crash still counts)."""
         current = self._ledgers[-1]
         if current.entries and not current.sealed:
-            batch.add(
-                _SEAL_LEDGER, (current.entries, current.bytes, self.topic_id, current.ledger_id)
-            )
+            batch.seal_ledger(self.topic_id, current.ledger_id, current.entries, current.bytes)
 
     def roll_over(self, batch: WriteBatch) -> None:
         """Start a new ledger now (tests and admin); no-op if the current one is empty."""
@@ -287,10 +266,7 @@ class ManagedLedger(LedgerReads):
         info = self._info(ledger_id)
         if info is not None and not info.has_aborts:
             info.has_aborts = True
-            batch.add(
-                "UPDATE ledgers SET has_aborts = 1 WHERE topic_id = ? AND ledger_id = ?",
-                (self.topic_id, ledger_id),
-            )
+            batch.mark_has_aborts(self.topic_id, ledger_id)
 
     def prepare_trim(self, batch: WriteBatch, upto_ledger_id: int) -> int:
         """Delete whole sealed ledgers up to ``upto_ledger_id`` (never the open one).
@@ -306,16 +282,7 @@ class ManagedLedger(LedgerReads):
         last_id = doomed[-1].ledger_id
         self._ledgers = self._ledgers[len(doomed) :]
         self._reindex()
-        batch.add(
-            "DELETE FROM entries WHERE topic_id = ? AND ledger_id <= ?", (self.topic_id, last_id)
-        )
-        batch.add(
-            "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id <= ?", (self.topic_id, last_id)
-        )
-        batch.add(
-            "DELETE FROM aborted_txns WHERE topic_id = ? AND last_ledger <= ?",
-            (self.topic_id, last_id),
-        )
+        batch.trim_ledgers(self.topic_id, last_id)
         return len(doomed)
 
     # -- navigation ----------------------------------------------------------------
@@ -438,6 +405,6 @@ def _append_one(
     batch.entries += 1
     batch.bytes += size
     ledger_id = current.ledger_id
-    batch.add(_INSERT_ENTRY, (topic_id, ledger_id, entry_id, 0, txn_seq, payload))
+    batch.insert_entry(topic_id, ledger_id, entry_id, 0, txn_seq, payload)
     position: Position = _new_tuple(Position, (ledger_id, entry_id))
     return position

@@ -6,12 +6,9 @@ the remote tier read its objects in a worker thread (see :mod:`txnstream.ledger.
 from __future__ import annotations
 
 import asyncio
-from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import msgspec
 
 from ._codec import decode_payload
 from ._entry import Entry, EntryKind, TxnId
@@ -19,17 +16,6 @@ from ._offload import OffloadStore
 from ._parquet import Row
 from ._position import Position
 from ._tiers import LedgerInfo, LedgerTiers, _span, _url
-
-_SELECT_RANGE = (
-    "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
-    " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
-    " ORDER BY ledger_id, entry_id LIMIT ?"
-)
-_SELECT_META = (
-    "SELECT ledger_id, entry_id, kind, txn FROM entries WHERE topic_id = ?"
-    " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT ?"
-)
-
 
 _T = TypeVar("_T")
 
@@ -128,17 +114,7 @@ class LedgerReads(LedgerTiers):
         waiters: list[asyncio.Future[list[Any]]] = []
         self._shared_reads[key] = waiters
         try:
-            rows: list[Row] = await self.store.read(
-                _SELECT_RANGE,
-                (
-                    self.topic_id,
-                    start.ledger_id,
-                    start.entry_id,
-                    end.ledger_id,
-                    end.entry_id,
-                    limit,
-                ),
-            )
+            rows: list[Row] = await self.store.read_range(self.topic_id, start, end, limit)
         except BaseException as exc:
             error = _Abandoned() if isinstance(exc, asyncio.CancelledError) else exc
             for turn in waiters:
@@ -214,12 +190,7 @@ class LedgerReads(LedgerTiers):
     async def _read_local_positions(self, positions: Sequence[Position]) -> list[Entry]:
         if not positions:
             return []
-        keys = ",".join(f"({p.ledger_id},{p.entry_id})" for p in positions)
-        rows = await self.store.read(
-            "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
-            f" AND (ledger_id, entry_id) IN (VALUES {keys}) ORDER BY ledger_id, entry_id",
-            (self.topic_id,),
-        )
+        rows = await self.store.read_positions(self.topic_id, positions)
         return [decode_row(row) for row in rows]
 
     async def _read_tiered_positions(self, positions: Sequence[Position], upto: int) -> list[Entry]:
@@ -289,22 +260,7 @@ class LedgerReads(LedgerTiers):
         except_positions: Sequence[Position],
     ) -> int:
         skip = [(p.ledger_id << 32) | p.entry_id for p in except_positions]
-        rows = await self.store.read(
-            "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
-            " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
-            " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
-            " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))",
-            (
-                self.topic_id,
-                start.ledger_id,
-                start.entry_id,
-                end.ledger_id,
-                end.entry_id,
-                _json_ints(except_txns),
-                _json_ints(skip),
-            ),
-        )
-        return int(rows[0][0])
+        return await self.store.count_data(self.topic_id, start, end, except_txns, skip)
 
     async def read_meta(self, start: Position, limit: int) -> list[EntryMeta]:
         """Kinds and transactions of entries from ``start`` on (replay needs no payloads)."""
@@ -331,10 +287,7 @@ class LedgerReads(LedgerTiers):
             ]
             local = max(start, Position(upto + 1, 0))
             if len(out) < limit:
-                rows = await self.store.read(
-                    _SELECT_META,
-                    (self.topic_id, local.ledger_id, local.entry_id, limit - len(out)),
-                )
+                rows = await self.store.read_metas(self.topic_id, local, limit - len(out))
                 out += [
                     EntryMeta(
                         Position(ledger_id, entry_id),
@@ -345,14 +298,3 @@ class LedgerReads(LedgerTiers):
                 ]
             if generation == self._tier_generation:
                 return out
-
-
-def _json_ints(values: Sequence[int]) -> str:
-    # msgspec: ~5 ms for 200,000 ints where joining their str() took ~24 (a backlog
-    # count leaves out every aborted transaction of its range). A str, not bytes: the
-    # json functions of SQLite before 3.45 refuse a BLOB.
-    items = values.tolist() if isinstance(values, array) else list(values)
-    return _JSON_ENCODE(items).decode()
-
-
-_JSON_ENCODE = msgspec.json.Encoder().encode

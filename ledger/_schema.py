@@ -1,4 +1,11 @@
-"""The SQLite schema: one file per data directory, migrated by ``PRAGMA user_version``."""
+"""The SQLite store's schema: one file per data directory, migrated by ``PRAGMA user_version``.
+
+Every record the store keeps lives here, whichever layer's records they are (the log,
+the catalog, subscriptions and cursors, the coordinator's transactions, snapshots): the
+layers reach them only through :class:`~txnstream.ledger.Store` and
+:class:`~txnstream.ledger.WriteBatch`, whose statements are
+:mod:`txnstream.ledger._sqlite_sql`'s.
+"""
 
 from __future__ import annotations
 

@@ -1,58 +1,87 @@
-"""The SQLite store: one writer that group-commits, separate read connections.
+"""The storage seam: :class:`Store`, the one interface between the engine and its database.
 
-This is the only module that imports aiosqlite. Design:
+The layers above say *what* they store, never how, and no SQL and no database driver
+exists above ``ledger/`` (``tests/test_storage_seam.py`` checks it):
 
-* One write connection, owned by the writer task. Callers build a :class:`WriteBatch`
-  (statements plus callbacks) and :meth:`Store.submit` it; the writer takes every batch
-  queued since its last flush and applies them in submission order inside ONE SQLite
-  transaction, in ONE hop to the connection's thread (an awaited aiosqlite call costs far
-  more than the statements themselves, so we count hops per flush, never per message).
-* After the COMMIT returns, the batches' ``on_durable`` callbacks run on the event loop
-  in submission order, then their futures complete. Durable state is therefore always a
-  prefix of the submitted sequence, and in-memory state is published only after it is
-  durable ("persist, then publish").
-* Pipelined batches (``wait=False``: sends inside a transaction) do not wake the writer
-  by themselves: they ride with the next batch someone waits for (the commit), or go
-  after ``linger`` seconds, or as soon as ``flush_entries`` are queued. A transaction of
-  N sends and a commit therefore costs one flush, like Kafka's producer with linger.
-* A flush that fails is retried with backoff for transient errors; after that the store
-  fails: every pending and later submission raises :class:`EngineFailedError` (or
-  :class:`InsufficientStorageError` when the disk is full), and the owner reopens
-  (recovery redoes the rest). A failed flush cannot be undone in memory — positions
-  were assigned when the batches were prepared — so reopening is the only way back.
-* Free space: with ``min_free_bytes`` set, :attr:`Store.space_low` says when the file
-  system holds less than that. Owners refuse *new data* then (before preparing
+* **Writes** are typed operations queued on a :class:`~txnstream.ledger.WriteBatch`, by
+  domain: the log (``insert_entry``, ``insert_entries``, ``open_ledger``,
+  ``seal_ledger``, ``trim_ledgers``, ``move_ledger_remote``, ``put_aborted``), the
+  catalog (``create_topic``, ``put_retention``, ``put_offload_policy``, ``drop_topic``,
+  ``put_producer``), subscriptions (``create_subscription``, ``put_cursor``,
+  ``drop_subscription``), the coordinator (``reserve_txn_seqs``, ``record_txn``,
+  ``put_finish_key``, ``prune_txns``) and snapshots (``put_snapshot``,
+  ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
+* **Reads** are typed coroutines of the store, by the same domains (``ledger_rows``,
+  ``read_range``, ``topic_rows``, ``subscription_rows``, ``txn_rows``,
+  ``snapshot_rows``, ...), each documented below with the shape of its rows.
+* **What the store reports**: :meth:`Store.storage_metrics` (database and WAL sizes).
+* **Other processes** read through :class:`StoreReader` (read-only, synchronous).
+
+:class:`~txnstream.ledger.SqliteStore` is the implementation on one SQLite file. Another
+store (PostgreSQL) is a sibling subclass: a statement for every operation key of
+:data:`txnstream.ledger._batch.OPERATIONS` (the SQLite table is
+:mod:`txnstream.ledger._sqlite_sql`), the transport (:meth:`Store._hop`,
+:meth:`Store._transient`, :meth:`Store._close_connections`), the reads, and a
+:class:`StoreReader`; the group commit machinery below is shared.
+
+Contracts every implementation keeps:
+
+* **Group commit, in order.** Callers build a batch and :meth:`Store.submit` it (or add
+  to :attr:`Store.batch`, the open batch, directly). The writer takes every batch queued
+  since its last flush and applies their operations in submission order inside ONE
+  store transaction, in ONE hop off the event loop (an awaited round trip costs far more
+  than the statements, so hops are counted per flush, never per message). Everything
+  of one flush becomes durable together or not at all: a decision, its markers and the
+  acks it applies are atomic. A later write of a row wins over an earlier one
+  (``record_txn`` even overwrites its transaction's row queued earlier in the batch).
+* **Persist, then publish.** After the COMMIT returns, the batches' ``on_durable``
+  callbacks run on the event loop in submission order, then their futures complete.
+  Durable state is therefore always a prefix of the submitted sequence, and in-memory
+  state is published only after it is durable.
+* **Pipelining.** Batches submitted with ``wait=False`` (sends inside a transaction) do
+  not wake the writer by themselves: they ride with the next batch someone waits for
+  (the commit), or go after ``linger`` seconds, or as soon as ``flush_entries`` are
+  queued. A transaction of N sends and a commit therefore costs one flush, like Kafka's
+  producer with linger.
+* **Failure is final.** A flush that fails is retried with backoff for transient errors
+  (:meth:`Store._transient`); after that the store fails: every pending and later
+  submission raises :class:`EngineFailedError` (or :class:`InsufficientStorageError`
+  when the disk is full), and the owner reopens (recovery redoes the rest). A failed
+  flush cannot be undone in memory — positions were assigned when the batches were
+  prepared — so reopening is the only way back.
+* **Reads see committed data only**: what a read returns was durable when it began;
+  reads never wait for the writer. Row shapes are those documented on each method.
+* **Free space**: with ``min_free_bytes`` set, :attr:`Store.space_low` says when the
+  file system holds less than that. Owners refuse *new data* then (before preparing
   anything), so a full disk shows up as refused appends instead of a failed flush, and
   writes resume by themselves once space is freed.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import contextlib
 import errno
-import itertools
 import logging
 import os
-import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
+from ._batch import WriteBatch
 from ._errors import ClosedError, EngineFailedError, InsufficientStorageError
-from ._lock import DirectoryLock
-from ._schema import migrate
-from ._sqlwriter import Params, Statements, apply_flush, writer_pragmas
-from ._writer_process import WriterProcess
+from ._position import Position
 
 log = logging.getLogger("txnstream.store")
 
-_TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 _NO_SPACE = ("database or disk is full", "no space left", "quota exceeded")
 _RETRY_DELAYS = (0.01, 0.05, 0.2, 0.5, 1.0)
 _SPACE_CHECK_INTERVAL = 0.01  # statvfs costs ~1 us: fresh enough, yet not per batch under load
+
+Row = tuple[Any, ...]
 
 
 def is_no_space(exc: BaseException) -> bool:
@@ -62,81 +91,31 @@ def is_no_space(exc: BaseException) -> bool:
     return any(word in str(exc).lower() for word in _NO_SPACE)
 
 
-class WriteBatch:
-    """Statements that become durable together, plus what to do once they are.
+@dataclass(frozen=True, slots=True)
+class StorageMetrics:
+    """What a store reports about its own storage (for ``/metrics``)."""
 
-    Build it and submit it without awaiting in between: positions assigned while
-    building must reach the writer in the order they were assigned. Hot paths skip the
-    separate batch: they add straight to :attr:`Store.batch` (the one the next flush
-    takes) and then call :meth:`Store.submit` on it.
+    database_bytes: int
+    """Bytes of the database (its main file)."""
+    wal_bytes: int
+    """Bytes of its write-ahead log not yet checkpointed into it (0 when none)."""
+
+
+class Store(abc.ABC):
+    """The storage seam: group-committed writes and typed reads (see the module docstring).
+
+    Subclasses supply the transport (:meth:`_hop`, :meth:`_transient`,
+    :meth:`_close_connections`) and the reads; the writer state machine is this class's.
     """
 
-    __slots__ = ("_callbacks", "_statements", "bytes", "entries")
-
-    def __init__(self) -> None:
-        self._statements: Statements = []
-        self._callbacks: list[Callable[[], None]] = []
-        self.entries = 0
-        """Log entries this batch appends (for metrics and backpressure)."""
-        self.bytes = 0
-        """Payload bytes of those entries (for the free-space estimate)."""
-
-    def add(self, sql: str, params: Params = ()) -> None:
-        """Queue one statement."""
-        statements = self._statements
-        if statements and statements[-1][0] == sql:
-            statements[-1][1].append(params)
-        else:
-            statements.append((sql, [params]))
-
-    def add_many(self, sql: str, rows: Iterable[Params]) -> None:
-        """Queue one statement for each row."""
-        rows = list(rows)
-        if not rows:
-            return
-        statements = self._statements
-        if statements and statements[-1][0] == sql:
-            statements[-1][1].extend(rows)
-        else:
-            statements.append((sql, rows))
-
-    def on_durable(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` on the event loop once the batch is durable (in order)."""
-        self._callbacks.append(callback)
-
-    @property
-    def callback_count(self) -> int:
-        """How many callbacks are registered so far (lets a caller tell whether its
-        callback is still the last one, and so may take more work in order)."""
-        return len(self._callbacks)
-
-    def extend(self, other: WriteBatch) -> None:
-        """Append ``other``'s statements after this batch's own and move its callbacks
-        here (``other`` keeps no callback, so none runs twice and none keeps ``other`` in
-        a reference cycle)."""
-        statements = self._statements
-        for sql, rows in other._statements:
-            if statements and statements[-1][0] == sql:
-                statements[-1][1].extend(rows)
-            else:
-                statements.append((sql, list(rows)))
-        self._callbacks.extend(other._callbacks)
-        other._callbacks.clear()
-        self.entries += other.entries
-        self.bytes += other.bytes
-
-    def __bool__(self) -> bool:
-        return bool(self._statements or self._callbacks)
-
-
-class Store:
-    """Owner of the SQLite file: the writer task and the read connections."""
+    kick_at_once = False
+    """Whether a waited-for submission starts its flush at once (a writer beside the
+    loop: a process or a server) rather than at the end of the loop's pass (a writer
+    thread, which would contend for the GIL with the pass)."""
 
     def __init__(
         self,
-        path: Path,
-        writer: aiosqlite.Connection | None,
-        readers: list[aiosqlite.Connection],
+        path: Path | None,
         *,
         max_pending_entries: int,
         linger: float = 0.005,
@@ -144,6 +123,8 @@ class Store:
         min_free_bytes: int = 0,
     ) -> None:
         self.path = path
+        """The database file (None for a store without one): free space is looked at
+        on its file system."""
         self.min_free_bytes = min_free_bytes
         self._free_checked = -1.0
         self._free_bytes = 0
@@ -151,10 +132,6 @@ class Store:
         self._linger = linger
         self._flush_entries = flush_entries
         self._linger_handle: asyncio.TimerHandle | None = None
-        self._writer = writer
-        self._process: WriterProcess | None = None
-        self._readers = readers
-        self._reader_cycle = itertools.cycle(readers)
         # Everything submitted and not yet taken by a flush, merged in submission order;
         # its future (made when someone waits) completes when it is durable.
         self._open = WriteBatch()
@@ -172,71 +149,12 @@ class Store:
         self.on_failure: Callable[[BaseException], None] | None = None
         self.on_flush: Callable[[int, float], None] | None = None
         """Called after each flush with its entry count and its duration in seconds
-        (the SQLite transaction, fsync included)."""
+        (the store transaction, fsync included)."""
         self._inflight: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
         self._attempt = 0
         self._started = 0.0  # when the flush in flight went to the thread
         self._idle = asyncio.Event()  # set while nothing is in flight
         self._idle.set()
-        self._lock: DirectoryLock | None = None
-
-    @classmethod
-    async def open(
-        cls,
-        path: str | Path,
-        *,
-        synchronous: str = "FULL",
-        readers: int = 2,
-        max_pending_entries: int = 20_000,
-        min_free_bytes: int = 0,
-        writer_process: bool = False,
-    ) -> Store:
-        """Open (creating if needed) the database at ``path`` and start the writer: a
-        thread of this process, or with ``writer_process`` a child process (see
-        :mod:`txnstream.ledger._writer_process`).
-
-        Takes the directory's owner lock first (:class:`DirectoryLock`): a second opener
-        gets :class:`DataDirLockedError` before anything is read or written.
-        """
-        path = Path(path)
-        lock = await DirectoryLock.acquire_when_free(path.parent)
-        try:
-            writer = await aiosqlite.connect(path, isolation_level=None)
-        except BaseException:
-            lock.release()
-            raise
-        reader_conns: list[aiosqlite.Connection] = []
-        store: Store | None = None
-        try:
-            for pragma in writer_pragmas(synchronous):
-                await writer.execute(pragma)
-            await writer._execute(migrate, writer._conn)  # type: ignore[no-untyped-call]
-            for _ in range(readers):
-                reader = await aiosqlite.connect(path, isolation_level=None)
-                reader_conns.append(reader)
-                await reader.execute("PRAGMA query_only=1")
-                await reader.execute("PRAGMA cache_size=-8192")
-                await reader.execute("PRAGMA busy_timeout=5000")
-            if writer_process:
-                await writer.close()  # (migrated: the child writes from now on)
-            store = cls(
-                path,
-                None if writer_process else writer,
-                reader_conns,
-                max_pending_entries=max_pending_entries,
-                min_free_bytes=min_free_bytes,
-            )
-            if writer_process:
-                store._process = await WriterProcess.start(
-                    path, synchronous, lock.fileno(), store._hopped, store._writer_lost
-                )
-        except BaseException:
-            for conn in [writer, *reader_conns]:
-                await conn.close()
-            lock.release()
-            raise
-        store._lock = lock
-        return store
 
     # -- writing -------------------------------------------------------------------
 
@@ -265,7 +183,7 @@ class Store:
                 future = self._open_future = asyncio.get_running_loop().create_future()
             self._urgent = True
             if self._inflight is None:
-                if self._process is not None:
+                if self.kick_at_once:
                     # The writer process runs beside the loop: it starts on this flush
                     # while the pass goes on, and what the pass submits meanwhile takes
                     # the next one (8 producers of transactions: +36% against a kick at
@@ -321,6 +239,8 @@ class Store:
         since (twice: the WAL, then the checkpoint into the database), and read again
         at once when that estimate comes near the reserve.
         """
+        if self.path is None:
+            return 1 << 62  # no file system of ours to fill
         now = time.monotonic()
         estimate = self._free_bytes - 2 * (self._written_since_check + self._open.bytes)
         if estimate < 2 * self.min_free_bytes or now - self._free_checked >= _SPACE_CHECK_INTERVAL:
@@ -431,34 +351,24 @@ class Store:
         self._idle.clear()
         self._attempt = 0
         self._started = time.perf_counter()
-        self._hop(batch)
+        if batch.ops:
+            self._hop(batch)
+        else:  # only callbacks or waiters: nothing to write
+            asyncio.get_running_loop().call_soon(self._hopped, None)
 
+    @abc.abstractmethod
     def _hop(self, batch: WriteBatch) -> None:
-        """Hand ``batch`` to the writer (one hop for the flush); :meth:`_hopped` follows."""
-        loop = asyncio.get_running_loop()
-        statements = batch._statements
-        if not statements:
-            loop.call_soon(self._hopped, None)  # only callbacks or waiters: nothing to write
-            return
-        if self._process is not None:
-            self._process.apply(statements, batch.bytes)
-            return
-        writer = self._writer
-        assert writer is not None
-        done = self._hopped
+        """Apply ``batch.ops`` in one store transaction, off the loop (one hop for the
+        whole flush), then call :meth:`_hopped` on the loop with None or the error
+        (after which nothing of the batch may be stored)."""
 
-        def run() -> None:  # on the connection's thread
-            try:
-                apply_flush(writer._conn, statements)
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop
-                loop.call_soon_threadsafe(done, exc)
-            else:
-                loop.call_soon_threadsafe(done, None)
+    @abc.abstractmethod
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether a failed flush may succeed if applied again (a busy database)."""
 
-        # aiosqlite's thread runs (future, function) pairs from this queue in order;
-        # with no future it only runs the function, which reports back itself: one
-        # wake-up of the loop per flush, no future, coroutine or task in between.
-        writer._tx.put_nowait((None, run))
+    @abc.abstractmethod
+    async def _close_connections(self) -> None:
+        """Close the connections (and writer) once everything is flushed."""
 
     def _writer_lost(self, exc: BaseException) -> None:
         """The writer process ended with no flush in flight: the store fails."""
@@ -471,10 +381,7 @@ class Store:
             exc = self.failure  # a callback failed meanwhile: this flush is not published
         if exc is not None:
             delay = _RETRY_DELAYS[self._attempt] if self._attempt < len(_RETRY_DELAYS) else None
-            transient = isinstance(exc, sqlite3.OperationalError) and any(
-                word in str(exc).lower() for word in _TRANSIENT
-            )
-            if transient and delay is not None and self.failure is None:
+            if self._transient(exc) and delay is not None and self.failure is None:
                 self._attempt += 1
                 log.warning("flush failed (attempt %d), retrying: %s", self._attempt, exc)
                 asyncio.get_running_loop().call_later(delay, self._hop, batch)
@@ -497,7 +404,7 @@ class Store:
         self, batch: WriteBatch, future: asyncio.Future[None] | None, seconds: float
     ) -> None:
         """A flush is durable: its callbacks in submission order, then its waiters."""
-        callbacks = batch._callbacks
+        callbacks = batch.callbacks
         for callback in callbacks:
             try:
                 callback()
@@ -507,10 +414,9 @@ class Store:
         # A callback usually closes over its batch (to tell whether it is still the
         # batch's last one): dropping them breaks that cycle, so a flush's objects are
         # freed by reference counting here instead of by a later full collection.
-        callbacks.clear()
         # Its rows are on disk: whoever still holds the batch (a send lane of an idle
         # transaction, say) holds an empty shell, not the flush's payloads.
-        batch._statements.clear()
+        batch.clear()
         if future is not None and not future.done():
             future.set_result(None)
         if self.on_flush is not None:
@@ -542,17 +448,40 @@ class Store:
         if self.on_failure is not None:
             self.on_failure(exc)
 
-    # -- reading -------------------------------------------------------------------
+    # -- lifecycle -----------------------------------------------------------------
 
-    async def read(self, sql: str, params: Params = ()) -> list[Any]:
-        """Run a query on a read connection; sees only committed (durable) data."""
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        readers: int = 2,
+        max_pending_entries: int = 20_000,
+        min_free_bytes: int = 0,
+        writer_process: bool = False,
+    ) -> Store:
+        """Open (creating if needed) the SQLite database at ``path``: see
+        :meth:`SqliteStore.open <txnstream.ledger._sqlite_store.SqliteStore.open>`."""
+        from ._sqlite_store import SqliteStore  # (the implementation imports this module)
+
+        return await SqliteStore.open(
+            path,
+            synchronous=synchronous,
+            readers=readers,
+            max_pending_entries=max_pending_entries,
+            min_free_bytes=min_free_bytes,
+            writer_process=writer_process,
+        )
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has begun closing the connections."""
+        return self._closed
+
+    def _check_readable(self) -> None:
         if self._closed:
             raise ClosedError("the store is closed")
-        reader = next(self._reader_cycle)
-        rows = await reader.execute_fetchall(sql, params)
-        return list(rows)
-
-    # -- lifecycle -----------------------------------------------------------------
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is durable."""
@@ -574,13 +503,235 @@ class Store:
             self._kick()
             await self._idle.wait()
         self._closed = True
-        try:
-            for reader in self._readers:
-                await reader.close()
-            if self._process is not None:
-                await self._process.close()
-            if self._writer is not None:
-                await self._writer.close()
-        finally:
-            if self._lock is not None:
-                self._lock.release()
+        await self._close_connections()
+
+    # -- what the store reports ----------------------------------------------------
+
+    @abc.abstractmethod
+    def storage_metrics(self) -> StorageMetrics:
+        """Sizes of the database and its write-ahead log (cheap: no query)."""
+
+    # -- reads: the log ------------------------------------------------------------
+    # Positions are (ledger_id, entry_id); a "row" of the log is
+    # (ledger_id, entry_id, kind, txn or None, data).
+
+    @abc.abstractmethod
+    async def ledger_rows(self, topic_id: int) -> list[Row]:
+        """A topic's ledgers by id: ``(ledger_id, created_ms, entries, bytes, has_aborts,
+        location, url, size, checksum)`` (entries and bytes are None while open)."""
+
+    @abc.abstractmethod
+    async def ledger_totals(self, topic_id: int, ledger_id: int) -> tuple[int, int]:
+        """``(entries, payload bytes)`` stored in one ledger."""
+
+    @abc.abstractmethod
+    async def read_range(
+        self, topic_id: int, start: Position, end: Position, limit: int
+    ) -> list[Row]:
+        """Up to ``limit`` log rows from ``start`` to ``end`` (inclusive), in order."""
+
+    @abc.abstractmethod
+    async def read_positions(self, topic_id: int, positions: Sequence[Position]) -> list[Row]:
+        """The log rows at ``positions`` that exist, in log order."""
+
+    @abc.abstractmethod
+    async def read_metas(self, topic_id: int, start: Position, limit: int) -> list[Row]:
+        """Up to ``limit`` ``(ledger_id, entry_id, kind, txn)`` from ``start`` on."""
+
+    @abc.abstractmethod
+    async def count_data(
+        self,
+        topic_id: int,
+        start: Position,
+        end: Position,
+        except_txns: Sequence[int],
+        except_keys: Sequence[int],
+    ) -> int:
+        """Data entries from ``start`` to ``end`` (inclusive), leaving out those of
+        ``except_txns`` and those whose ``ledger_id << 32 | entry_id`` is in
+        ``except_keys``."""
+
+    @abc.abstractmethod
+    async def ledger_entries(self, topic_id: int, ledger_id: int) -> list[Row]:
+        """Every entry of one ledger as ``(entry_id, kind, txn, data)``, in order."""
+
+    @abc.abstractmethod
+    async def ledger_aborted(self, topic_id: int, ledger_id: int) -> list[Row]:
+        """The aborted-index rows whose ABORT marker lies in ``ledger_id``, by marker:
+        ``(txn, first_ledger, first_entry, last_ledger, last_entry, marker_ledger,
+        marker_entry, stable_ledger, stable_entry)``."""
+
+    # -- reads: the catalog --------------------------------------------------------
+
+    @abc.abstractmethod
+    async def topic_rows(self) -> list[Row]:
+        """Every topic by id: ``(topic_id, name, created_ms, retention, offload)``."""
+
+    @abc.abstractmethod
+    async def next_topic_id(self) -> int:
+        """An id never used by any topic, deleted ones included."""
+
+    @abc.abstractmethod
+    async def producer_rows(self, topic_id: int) -> list[Row]:
+        """A topic's idempotent producers: ``(producer, last_seq, positions)``."""
+
+    # -- reads: subscriptions ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def subscription_rows(self) -> list[Row]:
+        """Every subscription: ``(topic_id, name, type, isolation, cursor, created_ms)``."""
+
+    # -- reads: the coordinator ----------------------------------------------------
+    # An ended row is (seq, state, timeout_ms, deadline_ms, label, fenced, topics,
+    # created_ms, reason, owner).
+
+    @abc.abstractmethod
+    async def next_txn_seq(self) -> int | None:
+        """The reserved transaction sequence counter (None before the first)."""
+
+    @abc.abstractmethod
+    async def nth_newest_ended_seq(self, ended_since_ms: int, n: int) -> int | None:
+        """The seq of the ``n``-th newest (0-based) transaction that ended at or after
+        ``ended_since_ms``; None if fewer ended."""
+
+    @abc.abstractmethod
+    async def outcome_codes(
+        self, ended_since_ms: int, below_seq: int, limit: int, reason_codes: Mapping[str, int]
+    ) -> list[tuple[int, int]]:
+        """``(seq, code)`` of up to ``limit`` transactions ended since ``ended_since_ms``
+        with a seq below ``below_seq``, newest first; ``code`` is ``committed | fenced <<
+        1 | reason_codes[reason] << 2`` (0 for a reason not listed)."""
+
+    @abc.abstractmethod
+    async def txn_rows(self, ended_since_ms: int, from_seq: int) -> list[Row]:
+        """Open transactions, and those ended since ``ended_since_ms`` with a seq from
+        ``from_seq`` on, by seq: ``(seq, state, timeout_ms, deadline_ms,
+        transactional_id, label, fenced, topics, acks, created_ms, ended_ms, reason,
+        owner)``."""
+
+    @abc.abstractmethod
+    async def finish_keys(self) -> list[str]:
+        """Every recorded ``finish`` idempotence key."""
+
+    @abc.abstractmethod
+    async def ended_txn_row(self, seq: int) -> Row | None:
+        """One ended transaction's row, if it is still stored."""
+
+    @abc.abstractmethod
+    async def ended_txn_rows(
+        self,
+        *,
+        state: str | None,
+        label_prefix: str | None,
+        born_before_ms: int | None,
+        after_seq: int,
+        upto_seq: int,
+        limit: int,
+    ) -> list[Row]:
+        """A page of ended rows by seq in ``(after_seq, upto_seq]``, filtered by state,
+        label prefix and creation time when given."""
+
+    # -- reads: snapshots ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def snapshot_rows(self, topic_id: int) -> list[tuple[int, bytes]]:
+        """A topic's snapshots, newest first: ``(snapshot_id, data)``."""
+
+    @abc.abstractmethod
+    async def snapshot_counters(self, topic_id: int) -> tuple[int, int]:
+        """The highest snapshot id and segment id of a topic (-1 for none)."""
+
+    @abc.abstractmethod
+    async def snapshot_segments(
+        self, topic_id: int, segment_ids: Sequence[int]
+    ) -> dict[int, bytes]:
+        """The segments of ``segment_ids`` that exist, by id."""
+
+
+DataRow = tuple[int, int | None, bytes]
+"""``(entry_id, txn sequence or None, payload)`` of one data entry."""
+
+
+class StoreReader(abc.ABC):
+    """Read-only, synchronous access to a store's committed rows, for readers in other
+    processes (the Spark ``path`` mode): no engine, no event loop, no writes.
+
+    One connection, used from the thread that opened it; close it (or use it as a
+    context manager). Every read inside :meth:`snapshot` sees one consistent, committed
+    state of the store while its owner keeps writing. What the rows *mean* (the
+    committed view) is :class:`~txnstream.txn_buffer.CommittedReader`'s business.
+    """
+
+    @staticmethod
+    def open(path: str | Path) -> StoreReader:
+        """Open the data directory at ``path`` read-only. Raises
+        :class:`~txnstream.ledger.InvalidArgumentError` if it is not a txnstream data
+        directory, :class:`~txnstream.ledger.LedgerError` if it cannot be opened."""
+        from ._sqlite_view import SqliteStoreReader  # (it imports this module)
+
+        return SqliteStoreReader(path)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @abc.abstractmethod
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which every read sees one snapshot of the store."""
+
+    @abc.abstractmethod
+    def topic_id(self, name: str) -> int | None:
+        """The id of topic ``name``, None if there is none."""
+
+    @abc.abstractmethod
+    def first_local(self, topic_id: int) -> Position | None:
+        """The oldest entry stored locally (not offloaded)."""
+
+    @abc.abstractmethod
+    def last_local(self, topic_id: int, before: Position | None = None) -> Position | None:
+        """The newest entry stored locally (before ``before``, when given)."""
+
+    @abc.abstractmethod
+    def remote_ledgers(self, topic_id: int) -> list[tuple[int, int, str, int | None]]:
+        """The offloaded ledgers, oldest first: ``(ledger_id, entries, url, size)``."""
+
+    @abc.abstractmethod
+    def undecided_txns(self, decided: Sequence[str]) -> list[tuple[int, bytes]]:
+        """``(seq, encoded topics)`` of every transaction whose state is not in
+        ``decided``."""
+
+    @abc.abstractmethod
+    def first_data_of(
+        self, topic_id: int, txns: Sequence[int], after: Position | None
+    ) -> Position | None:
+        """The first local data entry of any of ``txns`` (after ``after``, if given)."""
+
+    @abc.abstractmethod
+    def nth_local(self, topic_id: int, start: Position, n: int) -> Position | None:
+        """The position of the ``n``-th local entry (0-based) at or after ``start``."""
+
+    @abc.abstractmethod
+    def ledger_tops(self, topic_id: int) -> list[tuple[int, int | None]]:
+        """``(ledger_id, highest local entry id or None)`` of every ledger, in order."""
+
+    @abc.abstractmethod
+    def has_aborts_from(self, topic_id: int, ledger_id: int) -> bool:
+        """Whether a ledger at or after ``ledger_id`` holds aborted-index rows."""
+
+    @abc.abstractmethod
+    def aborted_in(self, topic_id: int, ledger_id: int, lo: int, hi: int) -> set[int]:
+        """Sequences of the aborted transactions with data in entries ``lo <= e < hi``
+        of a local ledger (by the aborted index)."""
+
+    @abc.abstractmethod
+    def data_rows(
+        self, topic_id: int, ledger_id: int, lo: int, hi: int, chunk: int
+    ) -> Iterator[list[DataRow]]:
+        """The data entries ``lo <= e < hi`` of a local ledger (markers skipped), in
+        entry order, as lists of up to ``chunk`` rows fetched in bulk."""

@@ -25,12 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ._batch import WriteBatch
 from ._entry import TxnId
 from ._errors import RemoteStorageError
 from ._offload import OffloadStore
 from ._parquet import AbortedIndexRow, OffloadedObject, RawRow
 from ._position import Position
-from ._store import Store, WriteBatch
+from ._store import Store
 
 _T = TypeVar("_T")
 LOCAL = "local"
@@ -222,21 +223,12 @@ class LedgerTiers:
 
     async def export_rows(self, ledger_id: int) -> list[RawRow]:
         """Every stored entry of a local ledger as ``(entry_id, kind, txn, payload)``."""
-        rows = await self.store.read(
-            "SELECT entry_id, kind, txn, data FROM entries WHERE topic_id = ? AND ledger_id = ?"
-            " ORDER BY entry_id",
-            (self.topic_id, ledger_id),
-        )
-        return rows  # SQLite's rows are already (int, int, int | None, bytes)
+        rows: list[RawRow] = await self.store.ledger_entries(self.topic_id, ledger_id)
+        return rows  # (int, int, int | None, bytes) already
 
     async def aborted_index(self, ledger_id: int) -> list[AbortedIndexRow]:
         """The aborted-index rows whose ABORT marker lies in local ledger ``ledger_id``."""
-        rows = await self.store.read(
-            "SELECT txn, first_ledger, first_entry, last_ledger, last_entry, marker_ledger,"
-            " marker_entry, stable_ledger, stable_entry FROM aborted_txns"
-            " WHERE topic_id = ? AND marker_ledger = ? ORDER BY marker_entry",
-            (self.topic_id, ledger_id),
-        )
+        rows = await self.store.ledger_aborted(self.topic_id, ledger_id)
         return [
             AbortedIndexRow(
                 TxnId(txn),
@@ -259,18 +251,7 @@ class LedgerTiers:
         older_local = any(not i.is_remote for i in self._ledgers if i.ledger_id < ledger_id)
         if info is None or info.is_remote or not info.sealed or older_local:
             raise RemoteStorageError(f"ledger {ledger_id} cannot be switched to the remote tier")
-        batch.add(
-            "UPDATE ledgers SET location = 'remote', url = ?, size = ?, checksum = ?"
-            " WHERE topic_id = ? AND ledger_id = ?",
-            (obj.url, obj.size, obj.checksum, self.topic_id, ledger_id),
-        )
-        batch.add(
-            "DELETE FROM entries WHERE topic_id = ? AND ledger_id = ?", (self.topic_id, ledger_id)
-        )
-        batch.add(
-            "DELETE FROM aborted_txns WHERE topic_id = ? AND marker_ledger = ?",
-            (self.topic_id, ledger_id),
-        )
+        batch.move_ledger_remote(self.topic_id, ledger_id, obj.url, obj.size, obj.checksum)
         info.location, info.url, info.size, info.checksum = REMOTE, obj.url, obj.size, obj.checksum
         self._tier_generation += 1
         self._reindex()

@@ -67,13 +67,9 @@ async def load_snapshot(
         raise SnapshotError(f"snapshot {snapshot_id} is ahead of the log ({snapshot.position})")
     aborted = AbortedSet()
     if snapshot.segments:
-        ids = ",".join(str(ref.segment_id) for ref in snapshot.segments)
-        rows = await ledger.store.read(
-            "SELECT segment_id, data FROM snapshot_segments"
-            f" WHERE topic_id = ? AND segment_id IN ({ids})",
-            (ledger.topic_id,),
+        by_id = await ledger.store.snapshot_segments(
+            ledger.topic_id, [ref.segment_id for ref in snapshot.segments]
         )
-        by_id = dict(rows)
         deadline = time.perf_counter() + _DECODE_STEP
         for ref in snapshot.segments:
             segment = _load_segment(ref, by_id.pop(ref.segment_id, None))
@@ -122,10 +118,7 @@ async def recover(
 ) -> tuple[TxnBuffer, RecoveryInfo, TxnBufferSnapshot | None]:
     """Rebuild a topic's buffer: newest valid snapshot + tail, else a full replay."""
     started = time.perf_counter()
-    rows = await ledger.store.read(
-        "SELECT snapshot_id, data FROM snapshots WHERE topic_id = ? ORDER BY snapshot_id DESC",
-        (ledger.topic_id,),
-    )
+    rows = await ledger.store.snapshot_rows(ledger.topic_id)
     for snapshot_id, data in rows:
         try:
             snapshot, buffer = await load_snapshot(ledger, snapshot_id, data)

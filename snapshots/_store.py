@@ -79,18 +79,12 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
     first_retained = topic.ledger.retained_start()
     written = 0
     if state.purge_segments_below is not None:
-        batch.add(
-            "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id < ?",
-            (topic.topic_id, state.purge_segments_below),
-        )
+        batch.drop_snapshot_segments_below(topic.topic_id, state.purge_segments_below)
         state.purge_segments_below = None
     expired = [s for s in state.segments if s.max_last < first_retained]
     if expired:
         state.segments = [s for s in state.segments if s.max_last >= first_retained]
-        batch.add_many(
-            "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
-            [(topic.topic_id, s.segment_id) for s in expired],
-        )
+        batch.drop_snapshot_segments(topic.topic_id, [s.segment_id for s in expired])
     unsealed = list(_unsealed(buffer, state.sealed_upto))
     whole = len(unsealed) - len(unsealed) % SEGMENT_SIZE
     written += _add_segments(batch, topic, state, _seal(iter(unsealed[:whole]), None))
@@ -109,22 +103,15 @@ def prepare_snapshot(batch: WriteBatch, topic: Topic, state: SnapshotState) -> i
     state.next_snapshot_id += 1
     position = snapshot.position
     taken = now_ms()
-    batch.add(
-        "INSERT OR REPLACE INTO snapshots (topic_id, snapshot_id, ledger_id, entry_id, taken_ms,"
-        " data) VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            topic.topic_id,
-            snapshot_id,
-            -1 if position is None else position.ledger_id,
-            -1 if position is None else position.entry_id,
-            taken,
-            data,
-        ),
+    batch.put_snapshot(
+        topic.topic_id,
+        snapshot_id,
+        -1 if position is None else position.ledger_id,
+        -1 if position is None else position.entry_id,
+        taken,
+        data,
     )
-    batch.add(
-        "DELETE FROM snapshots WHERE topic_id = ? AND snapshot_id <= ?",
-        (topic.topic_id, snapshot_id - _KEEP),
-    )
+    batch.drop_snapshots_upto(topic.topic_id, snapshot_id - _KEEP)
     markers = topic.markers_applied
     state.position = position  # claimed now so the policy does not ask twice
 
@@ -182,11 +169,7 @@ def _add_segments(
             segment.max_last,
         )
         state.next_segment_id += 1
-        batch.add(
-            "INSERT OR REPLACE INTO snapshot_segments (topic_id, segment_id, data)"
-            " VALUES (?, ?, ?)",
-            (topic.topic_id, ref.segment_id, segment.data),
-        )
+        batch.put_snapshot_segment(topic.topic_id, ref.segment_id, segment.data)
         state.segments.append(ref)
         written += len(segment.data)
     return written
@@ -222,12 +205,8 @@ async def take_snapshot(
 async def recover_topic(ledger: ManagedLedger) -> tuple[TxnBuffer, SnapshotState]:
     """Rebuild a topic's buffer (snapshot + tail, else full replay) and its bookkeeping."""
     buffer, recovery, snapshot = await recover(ledger)
-    rows = await ledger.store.read(
-        "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = ?),"
-        " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = ?)",
-        (ledger.topic_id, ledger.topic_id),
-    )
-    next_snapshot, next_segment = rows[0][0] + 1, rows[0][1] + 1
+    last_snapshot, last_segment = await ledger.store.snapshot_counters(ledger.topic_id)
+    next_snapshot, next_segment = last_snapshot + 1, last_segment + 1
     state = SnapshotState(next_snapshot_id=next_snapshot, next_segment_id=next_segment)
     state.recovery = recovery
     if snapshot is not None:
@@ -241,5 +220,4 @@ async def recover_topic(ledger: ManagedLedger) -> tuple[TxnBuffer, SnapshotState
 
 def prepare_delete_topic(batch: WriteBatch, topic_id: int) -> None:
     """Add the deletion of a topic's snapshots and segments to ``batch``."""
-    for table in ("snapshot_segments", "snapshots"):
-        batch.add(f"DELETE FROM {table} WHERE topic_id = ?", (topic_id,))
+    batch.drop_topic_snapshots(topic_id)

@@ -6,7 +6,7 @@ once, and the low watermark.
 
 Why there is no separate "committing" record on disk: a decision, its markers on every
 touched topic and the acknowledgements it applies are one :class:`~txnstream.ledger.WriteBatch`,
-so they become durable in one SQLite transaction. After a crash either all of it is
+so they become durable in one store transaction. After a crash either all of it is
 there or none of it is (the transaction is then still open and times out, or was never
 durable at all). "Redo" after a crash is therefore only reconciling buffers that hold
 an open transaction the coordinator no longer has open (see ``Engine`` recovery).
@@ -17,7 +17,8 @@ subscription (in the same batch as that first entry or ack) and at its end, so a
 durable no later than anything the transaction wrote, and a short transaction costs two
 row writes that ride its own group commit. A transaction that wrote nothing yet has no
 row; a crash forgets it (nothing of it is durable), a clean ``close()`` writes it.
-Transaction ids come from blocks reserved in ``meta``, so none is ever reused.
+Transaction ids come from reserved blocks (:meth:`~txnstream.ledger.WriteBatch.reserve_txn_seqs`),
+so none is ever reused.
 
 Owners: a transaction begun for a principal (the HTTP server with ``--auth``) records
 it as ``owner``; ``transactional_id``s and ``finish`` idempotence keys live in their
@@ -67,12 +68,6 @@ log = logging.getLogger("txnstream.coordinator")
 _MAX_LABEL = 200
 _ID_BLOCK = 1000
 _OUTCOME = {TxnState.COMMITTING: TxnState.COMMITTED, TxnState.ABORTING: TxnState.ABORTED}
-_UPSERT_TXN = (
-    "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id, label,"
-    " fenced, topics, acks, created_ms, ended_ms, reason, owner)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
 _NO_ACKS = pack([])
 
 
@@ -121,9 +116,7 @@ class Coordinator(TxnTable):
             # Reserve the next block early, so callers rarely wait for it to be durable.
             self._reserved_upto = max(self._reserved_upto, self._next_seq) + _ID_BLOCK
             upto = self._reserved_upto
-            batch.add(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)", (upto,)
-            )
+            batch.reserve_txn_seqs(upto)
 
             def reserved() -> None:
                 self._durable_upto = max(self._durable_upto, upto)
@@ -191,18 +184,7 @@ class Coordinator(TxnTable):
             record.reason,
             record.owner,
         ]
-        store = self._store
-        if (
-            record.row is not None
-            and record.row_generation == store.generation
-            and batch is store.batch
-        ):
-            # Its upsert is still in the open batch (one SQLite transaction with this
-            # one): update it in place rather than writing the row twice.
-            record.row[:] = row
-            return
-        record.row, record.row_generation = row, store.generation
-        batch.add(_UPSERT_TXN, row)
+        batch.record_txn(row)  # (a row of it queued in this batch already is updated)
 
     def persist_open(self, batch: WriteBatch) -> None:
         """Write the rows of open transactions that have none yet (for a clean close)."""
@@ -326,10 +308,7 @@ class Coordinator(TxnTable):
         def remember_key(batch: WriteBatch) -> None:
             if idempotence_key is not None:
                 self._finish_keys.add(idempotence_key)
-                batch.add(
-                    "INSERT OR REPLACE INTO finish_keys (key, created_ms) VALUES (?, ?)",
-                    (idempotence_key, now),
-                )
+                batch.put_finish_key(idempotence_key, now)
 
         await self._end(
             [r for r in to_commit if r.state is TxnState.OPEN],
@@ -541,5 +520,5 @@ class Coordinator(TxnTable):
             if key is not None and self._holders.get(key) is record:
                 del self._holders[key]
         batch = WriteBatch()
-        batch.add("DELETE FROM txns WHERE state != 'open' AND ended_ms < ?", (horizon,))
+        batch.prune_txns(horizon)
         await self._store.write(batch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from txnstream.ledger import TxnId, WriteBatch, ms_to_datetime
 
@@ -76,9 +76,6 @@ class TxnRecord:
     owner: str | None = None
     compact: bool = False
     """Rebuilt from a kept outcome: state, fenced and reason are real, the rest is not."""
-    row: list[Any] | None = None
-    """The parameters of this record's upsert in the store's open batch, if it has one."""
-    row_generation: int = -1
 
     @property
     def holder_key(self) -> str | None:

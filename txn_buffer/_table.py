@@ -1,7 +1,7 @@
 """The coordinator's table of transactions: what is kept in memory (open ones in
 full, the newest ended ones in full, older ended ones as outcome codes), loading it
-from the ``txns`` table, and the lookups. :class:`~txnstream.txn_buffer.Coordinator` adds
-begin, use, decisions and timeouts on top.
+from the store's transaction records, and the lookups.
+:class:`~txnstream.txn_buffer.Coordinator` adds begin, use, decisions and timeouts on top.
 """
 
 from __future__ import annotations
@@ -36,17 +36,6 @@ from ._state import TxnState
 from ._topic import Topic
 
 _STATES = {state.value: state for state in TxnState}
-_OUTCOME_CODES = (  # (seq, _outcome_code()) of ended transactions, computed by SQLite
-    # (SQLite gives | and << one precedence, left to right: hence the parentheses)
-    "SELECT seq, (state = 'committed') | ((fenced != 0) << 1) | ((CASE reason "
-    + " ".join(f"WHEN '{reason}' THEN {code}" for reason, code in _REASON_CODES.items())
-    + " ELSE 0 END) << 2) FROM txns WHERE state != 'open' AND ended_ms >= ? AND seq < ?"
-    " ORDER BY seq DESC LIMIT ?"
-)
-_ENDED_ROWS = (
-    "SELECT seq, state, timeout_ms, deadline_ms, label, fenced, topics, created_ms, reason,"
-    " owner FROM txns WHERE state != 'open'"
-)
 _LOAD_SLICE = 20_000
 """Outcomes loaded in one loop step at most (~4 ms)."""
 _LIST_SLICE = 2_000
@@ -187,8 +176,7 @@ class TxnTable:
 
     async def load(self) -> None:
         """Load the persisted counter, open and recently ended transactions, finish keys."""
-        rows = await self._store.read("SELECT value FROM meta WHERE key = 'next_txn_seq'")
-        self._next_seq = int(rows[0][0]) if rows else 0  # ids below were reserved: skip them
+        self._next_seq = await self._store.next_txn_seq() or 0  # ids below were reserved
         self._reserved_upto = self._durable_upto = self._next_seq
         horizon = now_ms() - self.ended_retention_ms
         # Ended transactions older than the newest ``ended_in_memory`` come back as
@@ -197,16 +185,12 @@ class TxnTable:
         if self._ended_in_memory <= 0:
             boundary = 1 << 62
         else:
-            oldest_kept = await self._store.read(  # no row: they all fit in memory
-                "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
-                " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                (horizon, self._ended_in_memory - 1),
-            )
-            if oldest_kept:
-                boundary = oldest_kept[0][0]
+            oldest_kept = await self._store.nth_newest_ended_seq(horizon, self._ended_in_memory - 1)
+            if oldest_kept is not None:  # None: they all fit in memory
+                boundary = oldest_kept
         if boundary >= 0:
-            codes = await self._store.read(
-                _OUTCOME_CODES, (horizon, boundary, self._outcomes.kept)
+            codes = await self._store.outcome_codes(
+                horizon, boundary, self._outcomes.kept, _REASON_CODES
             )  # the newest first: the counter is past the first
             if codes:
                 self._next_seq = max(self._next_seq, codes[0][0] + 1)
@@ -215,12 +199,7 @@ class TxnTable:
                 if start:
                     await asyncio.sleep(0)
                 self._outcomes.put_sorted(codes[start : start + _LOAD_SLICE])
-        rows = await self._store.read(
-            "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
-            " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
-            " WHERE state = 'open' OR (ended_ms >= ? AND seq >= ?) ORDER BY seq",
-            (horizon, boundary),
-        )
+        rows = await self._store.txn_rows(horizon, boundary)
         for (
             seq,
             state,
@@ -263,8 +242,7 @@ class TxnTable:
                 self._ended.append(seq)
         if rows:  # ordered by seq
             self._next_seq = max(self._next_seq, rows[-1][0] + 1)
-        rows = await self._store.read("SELECT key FROM finish_keys")
-        self._finish_keys = {key for (key,) in rows}
+        self._finish_keys = set(await self._store.finish_keys())
 
     # -- lookups -------------------------------------------------------------------
 
@@ -289,8 +267,8 @@ class TxnTable:
         """The full info of a transaction, reading its row when only its outcome is kept."""
         if not record.compact:
             return record.info()
-        rows = await self._store.read(_ENDED_ROWS + " AND seq = ?", (record.txn_id.seq,))
-        return _ended_info(*rows[0]) if rows else record.info()
+        row = await self._store.ended_txn_row(record.txn_id.seq)
+        return record.info() if row is None else _ended_info(*row)
 
     async def owner_of(self, record: TxnRecord) -> str | None:
         """The principal that began ``record`` (read from its row when only its outcome is
@@ -305,7 +283,6 @@ class TxnTable:
     def _retire(self, record: TxnRecord) -> None:
         """An ended record: drop what no end needs, and keep only the newest in full."""
         record.acks = []
-        record.row = None
         self._ended.append(record.txn_id.seq)
         while len(self._ended) > self._ended_in_memory:
             seq = self._ended.popleft()
@@ -382,22 +359,16 @@ class TxnTable:
             for at in range(0, len(listed), page):
                 yield [info for _, info in listed[at : at + page]]
             return
-        sql = [_ENDED_ROWS]
-        params: list[object] = []
-        if wanted is not None:
-            sql.append("AND state = ?")
-            params.append(wanted.value)
-        if label_prefix is not None:  # substr counts characters, as str.startswith does
-            sql.append("AND substr(label, 1, ?) = ?")
-            params += [len(label_prefix), label_prefix]
-        if born_before is not None:
-            sql.append("AND created_ms <= ?")
-            params.append(born_before)
-        sql.append("AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?")  # keyset pages
-        query = " ".join(sql)
         after, taken = -1, 0  # listed[:taken] went out already
-        while True:
-            rows = await self._store.read(query, (*params, after, newest, page))
+        while True:  # keyset pages
+            rows = await self._store.ended_txn_rows(
+                state=None if wanted is None else wanted.value,
+                label_prefix=label_prefix,
+                born_before_ms=born_before,
+                after_seq=after,
+                upto_seq=newest,
+                limit=page,
+            )
             last = len(rows) < page
             upto = newest if last else rows[-1][0]
             ended = [(row[0], _ended_info(*row)) for row in rows if row[0] not in in_memory]

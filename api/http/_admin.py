@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from txnstream.api import DB_FILE, TopicNotFoundError, TopicStats
+from txnstream.api import TopicNotFoundError, TopicStats
 
 from ._json import ok
 from ._params import engine_of
@@ -62,7 +59,7 @@ async def metrics(request: Request) -> Response:
         except TopicNotFoundError:
             continue  # deleted meanwhile
     open_txns = len(await engine.transactions(state="open"))
-    database = engine.path / DB_FILE
+    storage = engine.storage_metrics()
     http: HttpMetrics = request.app.state.http_metrics
     extra = [http.registry]
     access = getattr(request.app.state, "access", None)
@@ -71,16 +68,8 @@ async def metrics(request: Request) -> Response:
     body, content_type = engine.metrics.render(
         topics,
         open_txns=open_txns,
-        database_bytes=_size(database),
-        wal_bytes=_size(database.with_name(database.name + "-wal")),
+        database_bytes=storage.database_bytes,
+        wal_bytes=storage.wal_bytes,
         extra=extra,
     )
     return Response(body, media_type=content_type)
-
-
-def _size(path: Path) -> int:
-    """The file's size, 0 when it does not exist (no WAL between checkpoints' truncation)."""
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0

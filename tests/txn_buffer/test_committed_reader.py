@@ -148,7 +148,7 @@ async def test_missing_topic_and_read_only(data_dir: Path) -> None:
             with pytest.raises(TopicNotFoundError, match="topic 'nope' not found in data dir"):
                 reader.topic_id("nope")
             with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
-                reader._conn.execute("DELETE FROM entries")
+                reader._store._conn.execute("DELETE FROM entries")  # type: ignore[attr-defined]
         assert (await engine.stats("t"))["last_confirmed"] == "0:0"
 
 

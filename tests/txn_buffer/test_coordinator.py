@@ -29,9 +29,9 @@ from txnstream.ledger import (
     now_ms,
 )
 from txnstream.ledger._schema import migrate
+from txnstream.ledger._sqlite_sql import outcome_codes
 from txnstream.txn_buffer import Coordinator, TxnRecord, TxnState
-from txnstream.txn_buffer._records import REASONS, _outcome_code
-from txnstream.txn_buffer._table import _OUTCOME_CODES
+from txnstream.txn_buffer._records import _REASON_CODES, REASONS, _outcome_code
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -618,7 +618,8 @@ def test_outcome_codes_read_by_sqlite_equal_the_ones_made_in_memory() -> None:
         " created_ms, ended_ms, reason) VALUES (?, ?, 0, 0, ?, x'90', x'90', 0, 5, ?)",
         [(seq, state, fenced, reason) for seq, (state, fenced, reason) in enumerate(combos)],
     )
-    codes = dict(conn.execute(_OUTCOME_CODES, (0, len(combos), len(combos))).fetchall())
+    query = outcome_codes(_REASON_CODES)
+    codes = dict(conn.execute(query, (0, len(combos), len(combos))).fetchall())
     assert codes == {
         seq: _outcome_code(state == "committed", bool(fenced), reason)
         for seq, (state, fenced, reason) in enumerate(combos)

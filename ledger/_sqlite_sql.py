@@ -1,0 +1,253 @@
+"""Every SQL statement of the SQLite store, by domain: the writes each batch operation
+maps to (:data:`WRITES`) and the queries behind the store's typed reads.
+
+The schema these run against is :mod:`txnstream.ledger._schema`. Another store (another
+dialect) has a module like this one of its own, with the same operation keys.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+
+from . import _batch as op
+from ._position import Position
+
+# -- writes: one statement per batch operation -------------------------------------------
+
+WRITES: dict[str, str] = {
+    # the log
+    op.ENTRY: "INSERT INTO entries (topic_id, ledger_id, entry_id, kind, txn, data)"
+    " VALUES (?, ?, ?, ?, ?, ?)",
+    op.LEDGER_OPEN: "INSERT INTO ledgers (topic_id, ledger_id, created_ms, entries, bytes,"
+    " has_aborts) VALUES (?, ?, ?, NULL, NULL, 0)",
+    op.LEDGER_SEAL: "UPDATE ledgers SET entries = ?, bytes = ?"
+    " WHERE topic_id = ? AND ledger_id = ?",
+    op.LEDGER_DROP: "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id = ?",
+    op.LEDGER_HAS_ABORTS: "UPDATE ledgers SET has_aborts = 1 WHERE topic_id = ? AND ledger_id = ?",
+    op.LEDGER_REMOTE: "UPDATE ledgers SET location = 'remote', url = ?, size = ?, checksum = ?"
+    " WHERE topic_id = ? AND ledger_id = ?",
+    op.LEDGER_ENTRIES_DROP: "DELETE FROM entries WHERE topic_id = ? AND ledger_id = ?",
+    op.LEDGER_ABORTED_DROP: "DELETE FROM aborted_txns WHERE topic_id = ? AND marker_ledger = ?",
+    op.TRIM_ENTRIES: "DELETE FROM entries WHERE topic_id = ? AND ledger_id <= ?",
+    op.TRIM_LEDGERS: "DELETE FROM ledgers WHERE topic_id = ? AND ledger_id <= ?",
+    op.TRIM_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = ? AND last_ledger <= ?",
+    op.ABORTED: "INSERT OR REPLACE INTO aborted_txns (topic_id, txn, first_ledger, first_entry,"
+    " last_ledger, last_entry, marker_ledger, marker_entry, stable_ledger, stable_entry)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    # the catalog
+    op.TOPIC_CREATE: "INSERT INTO topics (topic_id, name, created_ms) VALUES (?, ?, ?)",
+    op.NEXT_TOPIC_ID: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)",
+    op.TOPIC_RETENTION: "UPDATE topics SET retention = ? WHERE topic_id = ?",
+    op.TOPIC_OFFLOAD: "UPDATE topics SET offload = ? WHERE topic_id = ?",
+    op.PRODUCER: "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions)"
+    " VALUES (?, ?, ?, ?)",
+    op.TOPIC_DROP_ENTRIES: "DELETE FROM entries WHERE topic_id = ?",
+    op.TOPIC_DROP_LEDGERS: "DELETE FROM ledgers WHERE topic_id = ?",
+    op.TOPIC_DROP_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = ?",
+    op.TOPIC_DROP_PRODUCERS: "DELETE FROM producers WHERE topic_id = ?",
+    op.TOPIC_DROP: "DELETE FROM topics WHERE topic_id = ?",
+    # subscriptions
+    op.SUBSCRIPTION_CREATE: "INSERT INTO subscriptions (topic_id, name, type, isolation, cursor,"
+    " created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+    op.CURSOR: "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
+    op.SUBSCRIPTION_DROP: "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
+    op.SUBSCRIPTIONS_DROP: "DELETE FROM subscriptions WHERE topic_id = ?",
+    # the coordinator
+    op.NEXT_TXN_SEQ: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
+    op.TXN: "INSERT OR REPLACE INTO txns (seq, state, timeout_ms, deadline_ms, transactional_id,"
+    " label, fenced, topics, acks, created_ms, ended_ms, reason, owner)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    op.FINISH_KEY: "INSERT OR REPLACE INTO finish_keys (key, created_ms) VALUES (?, ?)",
+    op.TXNS_PRUNE: "DELETE FROM txns WHERE state != 'open' AND ended_ms < ?",
+    # snapshots
+    op.SNAPSHOT: "INSERT OR REPLACE INTO snapshots (topic_id, snapshot_id, ledger_id, entry_id,"
+    " taken_ms, data) VALUES (?, ?, ?, ?, ?, ?)",
+    op.SNAPSHOTS_UPTO_DROP: "DELETE FROM snapshots WHERE topic_id = ? AND snapshot_id <= ?",
+    op.SNAPSHOTS_DROP: "DELETE FROM snapshots WHERE topic_id = ?",
+    op.SEGMENT: "INSERT OR REPLACE INTO snapshot_segments (topic_id, segment_id, data)"
+    " VALUES (?, ?, ?)",
+    op.SEGMENT_DROP: "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id = ?",
+    op.SEGMENTS_BELOW_DROP: "DELETE FROM snapshot_segments WHERE topic_id = ? AND segment_id < ?",
+    op.SEGMENTS_DROP: "DELETE FROM snapshot_segments WHERE topic_id = ?",
+}
+assert WRITES.keys() == op.OPERATIONS, op.OPERATIONS ^ WRITES.keys()
+
+# -- reads: the log ----------------------------------------------------------------------
+
+LEDGERS = (
+    "SELECT ledger_id, created_ms, entries, bytes, has_aborts, location, url, size, checksum"
+    " FROM ledgers WHERE topic_id = ? ORDER BY ledger_id"
+)
+LEDGER_TOTALS = (
+    "SELECT count(*), coalesce(sum(length(data)), 0) FROM entries"
+    " WHERE topic_id = ? AND ledger_id = ?"
+)
+RANGE = (
+    "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+    " ORDER BY ledger_id, entry_id LIMIT ?"
+)
+METAS = (
+    "SELECT ledger_id, entry_id, kind, txn FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT ?"
+)
+COUNT_DATA = (
+    "SELECT count(*) FROM entries WHERE topic_id = ? AND kind = 0"
+    " AND (ledger_id, entry_id) >= (?, ?) AND (ledger_id, entry_id) <= (?, ?)"
+    " AND (txn IS NULL OR txn NOT IN (SELECT value FROM json_each(?)))"
+    " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT value FROM json_each(?))"
+)
+
+
+def positions(at: Iterable[Position]) -> str:
+    """The log rows at the given positions (parameter: topic_id), in log order."""
+    keys = ",".join(f"({int(p.ledger_id)},{int(p.entry_id)})" for p in at)
+    return (
+        "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = ?"
+        f" AND (ledger_id, entry_id) IN (VALUES {keys}) ORDER BY ledger_id, entry_id"
+    )
+
+
+LEDGER_ROWS = (
+    "SELECT entry_id, kind, txn, data FROM entries WHERE topic_id = ? AND ledger_id = ?"
+    " ORDER BY entry_id"
+)
+LEDGER_ABORTED = (
+    "SELECT txn, first_ledger, first_entry, last_ledger, last_entry, marker_ledger,"
+    " marker_entry, stable_ledger, stable_entry FROM aborted_txns"
+    " WHERE topic_id = ? AND marker_ledger = ? ORDER BY marker_entry"
+)
+
+# -- reads: the catalog ------------------------------------------------------------------
+
+TOPICS = "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
+NEXT_TOPIC_ID = (
+    "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
+    " (SELECT value FROM meta WHERE key = 'next_topic_id')"
+)
+PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?"
+
+# -- reads: subscriptions ----------------------------------------------------------------
+
+SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+
+# -- reads: the coordinator --------------------------------------------------------------
+
+NEXT_TXN_SEQ = "SELECT value FROM meta WHERE key = 'next_txn_seq'"
+NTH_NEWEST_ENDED = (
+    "SELECT seq FROM txns WHERE state != 'open' AND ended_ms >= ?"
+    " ORDER BY seq DESC LIMIT 1 OFFSET ?"
+)
+TXNS = (
+    "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced,"
+    " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
+    " WHERE state = 'open' OR (ended_ms >= ? AND seq >= ?) ORDER BY seq"
+)
+FINISH_KEYS = "SELECT key FROM finish_keys"
+_ENDED_ROWS = (
+    "SELECT seq, state, timeout_ms, deadline_ms, label, fenced, topics, created_ms, reason,"
+    " owner FROM txns WHERE state != 'open'"
+)
+ENDED_TXN = _ENDED_ROWS + " AND seq = ?"
+
+
+@functools.lru_cache(maxsize=16)
+def ended_txns(state: bool, label_prefix: bool, born_before: bool) -> str:
+    """A page of ended transactions' rows, filtered by what is given (parameters in this
+    order: state, label prefix length and prefix, born-before, then after, upto, limit)."""
+    sql = [_ENDED_ROWS]
+    if state:
+        sql.append("AND state = ?")
+    if label_prefix:  # substr counts characters, as str.startswith does
+        sql.append("AND substr(label, 1, ?) = ?")
+    if born_before:
+        sql.append("AND created_ms <= ?")
+    sql.append("AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?")  # keyset pages
+    return " ".join(sql)
+
+
+def outcome_codes(reason_codes: Mapping[str, int]) -> str:
+    """``(seq, code)`` of ended transactions, the code computed by SQLite:
+    ``committed | fenced << 1 | reason_codes[reason] << 2`` (0 for another reason)."""
+    return _outcome_codes(tuple(sorted(reason_codes.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _outcome_codes(reason_codes: tuple[tuple[str, int], ...]) -> str:
+    cases = " ".join(f"WHEN '{reason}' THEN {int(code)}" for reason, code in reason_codes)
+    # (SQLite gives | and << one precedence, left to right: hence the parentheses)
+    return (
+        "SELECT seq, (state = 'committed') | ((fenced != 0) << 1) | ((CASE reason "
+        + cases
+        + " ELSE 0 END) << 2) FROM txns WHERE state != 'open' AND ended_ms >= ? AND seq < ?"
+        " ORDER BY seq DESC LIMIT ?"
+    )
+
+
+# -- reads: snapshots --------------------------------------------------------------------
+
+SNAPSHOTS = "SELECT snapshot_id, data FROM snapshots WHERE topic_id = ? ORDER BY snapshot_id DESC"
+SNAPSHOT_COUNTERS = (
+    "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = ?),"
+    " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = ?)"
+)
+
+
+def segments(ids: Iterable[int]) -> str:
+    """``(segment_id, data)`` of the given segments (parameter: topic_id)."""
+    listed = ",".join(str(int(segment_id)) for segment_id in ids)
+    return (
+        "SELECT segment_id, data FROM snapshot_segments"
+        f" WHERE topic_id = ? AND segment_id IN ({listed})"
+    )
+
+
+# -- the read-only reader (other processes: the Spark path mode) ---------------------------
+
+VIEW_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?, ?)"
+VIEW_VERSION = "PRAGMA user_version"
+VIEW_TOPIC = "SELECT topic_id FROM topics WHERE name = ?"
+VIEW_FIRST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " ORDER BY ledger_id, entry_id LIMIT 1"
+)
+VIEW_LAST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_LAST_BEFORE = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) < (?, ?) ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_REMOTE = (
+    "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = ?"
+    " AND location = 'remote' ORDER BY ledger_id"
+)
+VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state NOT IN ({marks})"
+VIEW_FIRST_DATA = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ? AND kind = 0 AND txn IN ({marks})"
+)
+VIEW_AFTER = " AND (ledger_id, entry_id) > (?, ?)"
+VIEW_FIRST_ORDER = " ORDER BY ledger_id, entry_id LIMIT 1"
+VIEW_NTH = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = ?"
+    " AND (ledger_id, entry_id) >= (?, ?) ORDER BY ledger_id, entry_id LIMIT 1 OFFSET ?"
+)
+VIEW_LEDGER_TOPS = (
+    "SELECT ledger_id, (SELECT max(entry_id) FROM entries e WHERE e.topic_id ="
+    " l.topic_id AND e.ledger_id = l.ledger_id) FROM ledgers l WHERE topic_id = ?"
+    " ORDER BY ledger_id"
+)
+VIEW_HAS_ABORTS = (
+    "SELECT 1 FROM ledgers WHERE topic_id = ? AND ledger_id >= ? AND has_aborts != 0 LIMIT 1"
+)
+VIEW_ABORTED = (
+    "SELECT txn FROM aborted_txns WHERE topic_id = ?"
+    " AND (marker_ledger, marker_entry) >= (?, ?)"
+    " AND (first_ledger, first_entry) < (?, ?) AND (last_ledger, last_entry) >= (?, ?)"
+)
+VIEW_DATA = (
+    "SELECT entry_id, txn, data FROM entries WHERE topic_id = ? AND ledger_id = ?"
+    " AND entry_id >= ? AND entry_id < ? AND kind = 0 ORDER BY entry_id"
+)
