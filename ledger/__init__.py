@@ -1,8 +1,11 @@
 """The bottom layer: positions, entries, the msgpack codec, the managed ledger, and the
-storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite implementation.
+storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite and PostgreSQL
+implementations.
 
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
+
+import typing as _typing
 
 from ._batch import WriteBatch
 from ._catalog import Catalog, ProducerRow, TopicRow, validate_name
@@ -65,6 +68,19 @@ from ._sqlite_view import database_file
 from ._store import DataRow, StorageMetrics, Store, StoreReader
 from ._tiers import LedgerInfo
 
+if _typing.TYPE_CHECKING:
+    from ._pg_store import PgStore
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # The PostgreSQL store imports psycopg (~0.2 s): only an engine that uses one pays.
+    if name == "PgStore":
+        from ._pg_store import PgStore
+
+        return PgStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
@@ -101,6 +117,7 @@ __all__ = [
     "OffloadedObject",
     "OutgoingMessage",
     "PACK_ERRORS",
+    "PgStore",
     "Position",
     "PostgresUrl",
     "ProducerRow",
