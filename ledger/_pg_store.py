@@ -218,8 +218,9 @@ class PgStore(Store):
         delay = 0.05
         while True:
             try:
-                async with self._pool.connection(timeout=max(0.1, deadline - loop.time())) as conn:
-                    committed = await flush_committed(conn, claims, seq)
+                left = max(0.1, deadline - loop.time())
+                async with self._pool.connection(timeout=left) as conn:
+                    committed = await flush_committed(conn, claims, seq, lock_timeout=left)
                 break
             except LeaseLostError as lost:
                 return lost

@@ -86,19 +86,28 @@ async def apply_flush(
 
 
 async def flush_committed(
-    conn: psycopg.AsyncConnection[Any], claims: Mapping[str, int], seq: int
+    conn: psycopg.AsyncConnection[Any],
+    claims: Mapping[str, int],
+    seq: int,
+    lock_timeout: float | None = None,
 ) -> bool:
     """Whether the flush numbered ``seq`` under ``claims`` committed, asked on a new
     connection after :func:`apply_flush` failed with its outcome unknown.
 
     Waits until no transaction holds the claimed lease rows any more (the flush in doubt
-    ends one way or the other first). Raises
+    ends one way or the other first), at most ``lock_timeout`` seconds when given (then
+    ``psycopg.errors.LockNotAvailable``: still in doubt). Raises
     :class:`~txnstream.ledger.LeaseLostError` if a scope's lease moved meanwhile: the
     flush may then have committed before the takeover, and only the new holder's state
     (which includes it if so) tells.
     """
     committed = True
     async with conn.transaction():
+        if lock_timeout is not None:
+            milliseconds = max(1, round(lock_timeout * 1000))
+            await conn.execute(
+                "SELECT set_config('lock_timeout', %s, true)", (f"{milliseconds}ms",)
+            )
         for scope, epoch in sorted(claims.items()):
             row = await (await conn.execute(_LOCK_LEASE, (scope,))).fetchone()
             if row is None or int(row[0]) != epoch:

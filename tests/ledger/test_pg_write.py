@@ -188,3 +188,20 @@ async def test_a_commit_whose_answer_was_lost_is_found_committed(pg_own_cluster:
     finally:
         await writer.close()
         await setup.close()
+
+
+async def test_a_flush_still_in_doubt_past_the_lock_timeout_says_so(
+    store: tuple[Conn, Lease], pg_url: str
+) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    settler = await connect(pg_url)
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute(FENCE_SQL, (STORE_SCOPE, lease.epoch))  # holds the row FOR SHARE
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            await flush_committed(settler, {STORE_SCOPE: lease.epoch}, 1, lock_timeout=0.2)
+        await conn.execute("ROLLBACK")
+        assert not await flush_committed(settler, {STORE_SCOPE: lease.epoch}, 1, lock_timeout=0.2)
+    finally:
+        await settler.close()
