@@ -101,21 +101,15 @@ def _start_pg_cluster() -> Cluster:
 @pytest.fixture(scope="module")
 def pg_cluster() -> Iterator[Cluster]:
     """A running PostgreSQL cluster for the module (stopped by pid and removed after)."""
-    cluster = _start_pg_cluster()
-    try:
+    with _start_pg_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture
 def pg_own_cluster() -> Iterator[Cluster]:
     """A cluster of the test's own, for tests that kill, replace or promote its primary."""
-    cluster = _start_pg_cluster()
-    try:
+    with _start_pg_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture

@@ -138,7 +138,8 @@ class Cluster:
     """One PostgreSQL server: its data directory, port and (while running) process.
 
     ``directory`` is the temporary directory holding ``data/``, the socket and
-    ``server.log``; :meth:`destroy` stops the server and removes it.
+    ``server.log``; :meth:`destroy` (or leaving a ``with`` block) stops the server and
+    removes it.
     """
 
     bindir: Path
@@ -286,6 +287,12 @@ class Cluster:
         os.kill(self.pid, signal.SIGCONT)
         self.paused = False
 
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.destroy()
+
     def destroy(self) -> None:
         """Stop this server and its replicas and remove their directories."""
         for replica in self.replicas:
@@ -357,6 +364,16 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+async def waiting_on_a_lock(observer: psycopg.AsyncConnection[Any], pid: int) -> bool:
+    """True while the backend ``pid`` waits for a lock (a row lock, say), as
+    ``pg_stat_activity`` seen from ``observer`` says."""
+    cur = await observer.execute(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+    )
+    row = await cur.fetchone()
+    return row is not None and row[0] == "Lock"
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_support import waiting_on_a_lock
 from support import wait_until
 
 from txnstream.ledger import LeaseLostError
@@ -74,16 +75,6 @@ async def expired(conn: Conn) -> None:
         return state is not None and state.free
 
     await wait_until(is_free, 10, "the lease to expire")
-
-
-async def waiting_on_a_lock(observer: Conn, victim: Conn) -> bool:
-    """True while ``victim``'s backend waits for a lock (a row lock of the lease)."""
-    pid = victim.info.backend_pid
-    cur = await observer.execute(
-        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-    )
-    row = await cur.fetchone()
-    return row is not None and row[0] == "Lock"
 
 
 async def test_of_many_contenders_exactly_one_wins(connect: Connect) -> None:
@@ -170,7 +161,9 @@ async def test_a_writer_that_locked_the_lease_first_commits_before_the_takeover(
         takeover = asyncio.create_task(b.try_acquire(b_conn))
         try:
             await wait_until(
-                lambda: waiting_on_a_lock(observer, b_conn), 10, "the takeover to wait"
+                lambda: waiting_on_a_lock(observer, b_conn.info.backend_pid),
+                10,
+                "the takeover to wait",
             )
             assert not takeover.done()
         except BaseException:
@@ -192,7 +185,9 @@ async def test_a_writer_behind_a_takeover_waits_for_it_then_fails(connect: Conne
         writer = asyncio.create_task(write(a_conn, 1, 1))
         try:
             await wait_until(
-                lambda: waiting_on_a_lock(observer, a_conn), 10, "the writer's fence to wait"
+                lambda: waiting_on_a_lock(observer, a_conn.info.backend_pid),
+                10,
+                "the writer's fence to wait",
             )
             assert not writer.done()
         except BaseException:

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_support import Cluster
+from pg_support import Cluster, waiting_on_a_lock
 from support import wait_until
 
 from txnstream.ledger import LeaseLostError
@@ -128,7 +128,9 @@ async def test_an_open_flush_in_doubt_is_waited_for(store: tuple[Conn, Lease], p
             settle = asyncio.create_task(flush_committed(settler, claims, seq))
             try:
                 await wait_until(
-                    lambda: waiting_on_a_lock(observer, settler), 10, "the settler to wait"
+                    lambda: waiting_on_a_lock(observer, settler.info.backend_pid),
+                    10,
+                    "the settler to wait",
                 )
             finally:
                 await conn.execute("COMMIT" if outcome else "ROLLBACK")
@@ -136,15 +138,6 @@ async def test_an_open_flush_in_doubt_is_waited_for(store: tuple[Conn, Lease], p
     finally:
         await settler.close()
         await observer.close()
-
-
-async def waiting_on_a_lock(observer: Conn, victim: Conn) -> bool:
-    pid = victim.info.backend_pid
-    cur = await observer.execute(
-        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-    )
-    row = await cur.fetchone()
-    return row is not None and row[0] == "Lock"
 
 
 async def test_a_commit_whose_answer_was_lost_is_found_committed(pg_own_cluster: Cluster) -> None:
