@@ -5,13 +5,15 @@ database has: one engine per store, the lease released on close."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
+from support import wait_until
 from test_engine_idempotent_producer import *  # noqa: F403 - the same tests, on PostgreSQL
 from test_engine_quickstart import *  # noqa: F403
 from test_engine_stable_position import *  # noqa: F403
 from test_engine_transactions import *  # noqa: F403
 
-from txnstream.api import DataDirLockedError, Engine, InvalidArgumentError
+from txnstream.api import DataDirLockedError, Engine, EngineError, InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,3 +46,31 @@ async def test_the_suites_here_run_on_postgresql(engine: Engine) -> None:
     assert engine.store_url is not None
     assert type(engine.store).__name__ == "PgStore"
     assert not engine.path.is_absolute()  # no data directory was made
+
+
+async def test_an_engine_whose_lease_was_taken_over_writes_nothing_more(data_dir: str) -> None:
+    """No split brain: an engine paused past its lease (its lease expired, another engine
+    took the store over) fails its next write and nothing of it becomes visible; it
+    recovers as a standby does, retrying until the lease is free, then serves again."""
+    async with Engine.open(data_dir) as a:
+        await a.create_topic("t")
+        await a.send("t", "a1")
+        async with await psycopg.AsyncConnection.connect(data_dir, autocommit=True) as conn:
+            await conn.execute("UPDATE leases SET expires_at = clock_timestamp()")  # expired
+        async with Engine.open(data_dir) as b:  # takes the store over: epoch 2
+            with pytest.raises(EngineError):
+                await a.send("t", "a2")
+            assert a.health().status == "recovering"
+            sub = await b.subscribe("t", "s")
+            assert [m.value for m in await sub.receive(max=10, timeout=0)] == ["a1"]
+            await b.send("t", "b1")
+        # b closed and released the lease: a's recovery takes the store over and loads it
+        await wait_until(lambda: _ok(a), 30, "the first engine to serve again")
+        sub = await a.subscribe("t", "s")  # b's subscription: a1 unacked, so redelivered
+        assert [m.value for m in await sub.receive(max=10, timeout=0)] == ["a1", "b1"]
+        await a.send("t", "a3")
+        assert [m.value for m in await sub.receive(max=10, timeout=1)] == ["a3"]
+
+
+async def _ok(engine: Engine) -> bool:
+    return engine.health().status == "ok"
