@@ -245,3 +245,55 @@ SEGMENTS = (
     "SELECT segment_id, data FROM snapshot_segments"
     " WHERE topic_id = %s AND segment_id = ANY(%s::bigint[])"
 )
+
+# -- the store read from another process (_pg_view) --------------------------------------
+
+VIEW_TABLES = (
+    "SELECT table_name FROM information_schema.tables"
+    " WHERE table_schema = current_schema() AND table_name = ANY(%s::text[])"
+)
+VIEW_TOPIC = "SELECT topic_id FROM topics WHERE name = %s"
+VIEW_FIRST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " ORDER BY ledger_id, entry_id LIMIT 1"
+)
+VIEW_LAST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_LAST_BEFORE = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) < (%s, %s) ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_REMOTE = (
+    "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = %s"
+    " AND location = 'remote' ORDER BY ledger_id"
+)
+VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state <> ALL(%s::text[])"
+VIEW_FIRST_DATA = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s AND kind = 0"
+    " AND txn = ANY(%s::bigint[])"
+)
+VIEW_AFTER = " AND (ledger_id, entry_id) > (%s, %s)"
+VIEW_FIRST_ORDER = " ORDER BY ledger_id, entry_id LIMIT 1"
+VIEW_NTH = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) >= (%s, %s) ORDER BY ledger_id, entry_id LIMIT 1 OFFSET %s"
+)
+VIEW_LEDGER_TOPS = (
+    "SELECT ledger_id, (SELECT max(entry_id) FROM entries e WHERE e.topic_id ="
+    " l.topic_id AND e.ledger_id = l.ledger_id) FROM ledgers l WHERE topic_id = %s"
+    " ORDER BY ledger_id"
+)
+VIEW_HAS_ABORTS = (
+    "SELECT 1 FROM ledgers WHERE topic_id = %s AND ledger_id >= %s AND has_aborts LIMIT 1"
+)
+VIEW_ABORTED = (
+    "SELECT txn FROM aborted_txns WHERE topic_id = %s"
+    " AND (marker_ledger, marker_entry) >= (%s, %s)"
+    " AND (first_ledger, first_entry) < (%s, %s) AND (last_ledger, last_entry) >= (%s, %s)"
+)
+VIEW_DATA = (
+    "SELECT entry_id, txn, data FROM entries WHERE topic_id = %s AND ledger_id = %s"
+    " AND entry_id >= %s AND entry_id < %s AND kind = 0 ORDER BY entry_id"
+)

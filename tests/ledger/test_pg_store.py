@@ -92,6 +92,7 @@ def script() -> list[WriteBatch]:
     second.put_snapshot(0, 1, 0, 13, 250, b"snap1b")
     second.prune_txns(60)
     second.trim_ledgers(2, 0)
+    second.seal_ledger(1, 0, 3, 3)
     second.move_ledger_remote(1, 0, "file:///o/1-0.parquet", 999, "crc")
     second.create_topic(3, "d", 300)
     second.drop_topic(3)
