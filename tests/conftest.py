@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from objectstore import SeaweedFS, start_seaweedfs
-from pg_support import Cluster, PostgresUnavailable, start_cluster
+from pg_support import Cluster, start_test_cluster
 from support import running_server
 
 from txnstream.api import Engine, EngineConfig
@@ -89,26 +89,17 @@ def offload_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
 
 
-def _start_pg_cluster() -> Cluster:
-    try:
-        return start_cluster()
-    except PostgresUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (CI is set: .ci/run installs it; the PostgreSQL tests must run)")
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="module")
 def pg_cluster() -> Iterator[Cluster]:
     """A running PostgreSQL cluster for the module (stopped by pid and removed after)."""
-    with _start_pg_cluster() as cluster:
+    with start_test_cluster() as cluster:
         yield cluster
 
 
 @pytest.fixture
 def pg_own_cluster() -> Iterator[Cluster]:
     """A cluster of the test's own, for tests that kill, replace or promote its primary."""
-    with _start_pg_cluster() as cluster:
+    with start_test_cluster() as cluster:
         yield cluster
 
 

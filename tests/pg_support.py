@@ -437,3 +437,17 @@ def start_cluster(**settings: str) -> Cluster:
         cluster.destroy()
         raise
     return cluster
+
+
+def start_test_cluster() -> Cluster:
+    """:func:`start_cluster` for a test: without PostgreSQL the test is skipped, saying
+    why, or failed when ``CI`` is set (there, ``.ci/run`` installs it and the PostgreSQL
+    tests must run)."""
+    import pytest
+
+    try:
+        return start_cluster()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: .ci/run installs it; the PostgreSQL tests must run)")
+        pytest.skip(str(exc))

@@ -104,7 +104,6 @@ def test_a_promoted_replica_has_the_primary_s_committed_rows(pg_own_cluster: Clu
 def test_without_postgresql_the_fixture_skips_saying_why_but_fails_in_ci(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str
 ) -> None:
-    import conftest
     import pg_support
 
     monkeypatch.setattr(pg_support.shutil, "which", lambda name: None)
@@ -112,4 +111,4 @@ def test_without_postgresql_the_fixture_skips_saying_why_but_fails_in_ci(
     monkeypatch.setenv("CI", ci)
     expected = pytest.fail.Exception if ci else pytest.skip.Exception
     with pytest.raises(expected, match="apt-get install postgresql"):
-        conftest._start_pg_cluster()
+        pg_support.start_test_cluster()
