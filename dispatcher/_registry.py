@@ -1,4 +1,4 @@
-"""The subscription registry: every subscription of every topic, and its table.
+"""The subscription registry: every subscription of every topic, and its stored rows.
 
 Owns the stored subscriptions (create, load, delete; cursors are written by each
 :class:`Subscription`), detaches idle consumers, and is the coordinator's ack

@@ -152,7 +152,7 @@ class Store(abc.ABC):
         (the store transaction, fsync included)."""
         self._inflight: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
         self._attempt = 0
-        self._started = 0.0  # when the flush in flight went to the thread
+        self._started = 0.0  # when the flush in flight went to the writer
         self._idle = asyncio.Event()  # set while nothing is in flight
         self._idle.set()
 
@@ -315,8 +315,8 @@ class Store(abc.ABC):
             raise ClosedError("the store is closed")
 
     # The writer is a small state machine driven by callbacks on the loop, not a task:
-    # a submission that someone waits for hands the open batch to the connection's
-    # thread at once when nothing is in flight (no task wake-up in between), and the
+    # a submission that someone waits for hands the open batch to the writer (:meth:`_hop`)
+    # at once when nothing is in flight (no task wake-up in between), and the
     # hop's completion starts the next due flush before it runs the finished flush's
     # callbacks, so the next flush is on disk while the loop publishes the previous one.
 
