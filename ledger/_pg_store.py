@@ -78,6 +78,7 @@ class PgStore(Store):
         self._flush_task: asyncio.Task[None] | None = None
         self._renew_task: asyncio.Task[None] | None = None
         self._database_bytes = 0
+        self._connect_timeout = 10
 
     @classmethod
     async def open(  # type: ignore[override]
@@ -132,6 +133,7 @@ class PgStore(Store):
             await writer.close()
             raise
         store = cls(url, writer, pool, lease, max_pending_entries=max_pending_entries)
+        store._connect_timeout = max(1, round(connect_timeout))
         store._renew_task = asyncio.create_task(store._renew(), name="txnstream-lease")
         return store
 
@@ -143,18 +145,21 @@ class PgStore(Store):
         while True:
             await asyncio.sleep(lease.ttl / 3)
             try:
-                async with self._pool.connection() as conn:
+                async with self._pool.connection(timeout=lease.ttl / 3) as conn:
                     held = await lease.renew(conn)
                     row = await (
                         await conn.execute("SELECT pg_database_size(current_database())")
                     ).fetchone()
                     if row is not None:
                         self._database_bytes = int(row[0])
-            except psycopg.Error as exc:
+            except (psycopg.Error, PoolTimeout) as exc:
                 # The database is unreachable: keep trying. Writes stay safe meanwhile,
                 # since each flush checks the epoch itself.
                 log.warning("lease renewal failed, retrying: %s", exc)
                 continue
+            except Exception as exc:  # noqa: BLE001 - anything else: the store fails
+                self._fail(exc, [])
+                return
             if not held:
                 log.error("the store's lease was taken over: this server steps down")
                 self._fail(
@@ -200,7 +205,10 @@ class PgStore(Store):
                 await writer.close()
             self._writer = None
             writer = self._writer = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, application_name=_APPLICATION
+                self.url,
+                autocommit=True,
+                application_name=_APPLICATION,
+                connect_timeout=self._connect_timeout,
             )
         return writer
 

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_support import Cluster
+from support import wait_until
 
 from txnstream.ledger import (
     DB_FILE,
@@ -307,3 +308,31 @@ async def test_writes_go_on_after_a_postgresql_restart(pg_cluster: Cluster, stor
     await store.write(batch)
     assert [row[1] for row in await store.topic_rows()] == ["a", "b"]
     assert store.failure is None
+
+
+async def test_the_lease_is_renewed_again_after_postgresql_was_down(
+    pg_cluster: Cluster, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_pg(pg_url, lease_timeout=0.6)
+    try:
+        await asyncio.to_thread(pg_cluster.kill)
+
+        async def renewal_failed() -> bool:
+            return "lease renewal failed" in caplog.text
+
+        await wait_until(renewal_failed, 10, "a renewal to fail")  # the store keeps trying
+        await asyncio.to_thread(pg_cluster.start)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+
+            async def renewed() -> bool:
+                cur = await conn.execute("SELECT expires_at > clock_timestamp() FROM leases")
+                return await cur.fetchone() == (True,)
+
+            await wait_until(renewed, 10, "a renewal after the restart")
+        batch = WriteBatch()
+        batch.create_topic(0, "a", 1)
+        await store.write(batch)
+        assert store.failure is None
+        assert store.lease.epoch == 1
+    finally:
+        await store.close()
