@@ -26,10 +26,12 @@ from txnstream.ledger import (
     InvalidArgumentError,
     OffloadStore,
     Position,
+    PostgresUrl,
     StorageMetrics,
     Store,
     TopicNotFoundError,
     TxnId,
+    store_location,
     validate_name,
 )
 from txnstream.snapshots import SnapshotState
@@ -159,7 +161,11 @@ class EngineCore:
     """What an engine owns, with the lifecycle and lookup checks of every call."""
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
-        self.path = Path(path)
+        location = store_location(path)  # a path, a postgresql:// URL, or an error
+        self.store_url = location if isinstance(location, PostgresUrl) else None
+        """The PostgreSQL store's URL; None for a SQLite data directory."""
+        self.path = location if isinstance(location, Path) else Path()
+        """The SQLite data directory (unused, the current directory, with PostgreSQL)."""
         self.config = config or EngineConfig()
         self.metrics = EngineMetrics()
         self.recovery: RecoverySummary | None = None

@@ -77,13 +77,16 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
 
     @classmethod
     def open(cls, path: str | Path, config: EngineConfig | None = None) -> _EngineOpener:
-        """Create or open the data directory at ``path``; recovers before returning."""
+        """Create or open the data directory at ``path``, or the PostgreSQL store at a
+        ``postgresql://`` URL; recovers before returning. Any other ``scheme://`` raises
+        :class:`InvalidArgumentError`."""
         return _EngineOpener(cls(path, config))
 
     async def _open(self) -> None:
         if self.state is not EngineState.UNOPENED:
             raise ClosedError("an engine cannot be reopened; make a new one")
-        self.path.mkdir(parents=True, exist_ok=True)
+        if self.store_url is None:
+            self.path.mkdir(parents=True, exist_ok=True)
         with gc_policy.collection_paused(self.config.gc_freeze):
             await self._load()
             if self.config.gc_freeze:  # before collection resumes: the young generation
@@ -95,13 +98,21 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
     async def _load(self) -> None:
         """Open the store and rebuild every component from it (recovery)."""
         started = time.perf_counter()
-        store = await Store.open(
-            self.path / DB_FILE,
-            synchronous="FULL" if self.config.durability == "full" else "NORMAL",
-            max_pending_entries=self.config.max_pending_entries,
-            min_free_bytes=self.config.min_free_bytes,
-            writer_process=self.config.writer == "process",
-        )
+        store: Store
+        if self.store_url is not None:
+            from txnstream.ledger import PgStore  # (imports psycopg: only when used)
+
+            store = await PgStore.open(
+                self.store_url.url, max_pending_entries=self.config.max_pending_entries
+            )
+        else:
+            store = await Store.open(
+                self.path / DB_FILE,
+                synchronous="FULL" if self.config.durability == "full" else "NORMAL",
+                max_pending_entries=self.config.max_pending_entries,
+                min_free_bytes=self.config.min_free_bytes,
+                writer_process=self.config.writer == "process",
+            )
         self._store = store
         self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
@@ -142,7 +153,10 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
         which names and owns what it offloads."""
         # Inode numbers, not device numbers: those of some mounts (overlay, NFS) change
         # from one mount to the next, and the directory must stay itself across restarts.
-        home = f"{self.path.resolve().stat().st_ino}:{(self.path / DB_FILE).stat().st_ino}"
+        if self.store_url is not None:  # a database is where it is: made once, kept
+            home = "postgresql"
+        else:
+            home = f"{self.path.resolve().stat().st_ino}:{(self.path / DB_FILE).stat().st_ino}"
         identity = await Catalog(store).store_identity(home)
         self._remote.owner = identity.store_id
         self._remote.adopts_legacy = identity.adopts_legacy

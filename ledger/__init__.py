@@ -1,5 +1,6 @@
 """The bottom layer: positions, entries, the msgpack codec, the managed ledger, and the
-storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite implementation.
+storage seam (:class:`Store`, :class:`WriteBatch`) with its SQLite and PostgreSQL
+implementations.
 
 Also home of the engine's one exception hierarchy (:class:`EngineError` and its tree).
 """
@@ -23,6 +24,7 @@ from ._errors import (
     IncompatibleSnapshotError,
     InsufficientStorageError,
     InvalidArgumentError,
+    LeaseLostError,
     LedgerError,
     NotFoundError,
     OffloadNotConfiguredError,
@@ -63,6 +65,8 @@ if typing.TYPE_CHECKING:
     from ._lock import LOCK_FILE, DirectoryLock
     from ._offload import OffloadStore, normalize_url, sidecar_url
     from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
+    from ._pg_store import PgStore
+    from ._pg_url import PostgresUrl, store_location
     from ._reads import EntryMeta, decode_row
     from ._schema import DB_FILE
     from ._sqlite_store import SqliteStore
@@ -106,6 +110,9 @@ _LAZY: dict[str, str] = {
     "Row": "._parquet",
     "json_text": "._parquet",
     "split_value": "._parquet",
+    "PgStore": "._pg_store",  # imports psycopg (~0.2 s): only an engine that uses one pays
+    "PostgresUrl": "._pg_url",
+    "store_location": "._pg_url",
     "EntryMeta": "._reads",
     "decode_row": "._reads",
     "DB_FILE": "._schema",
@@ -146,6 +153,7 @@ __all__ = [
     "InsufficientStorageError",
     "InvalidArgumentError",
     "LOCK_FILE",
+    "LeaseLostError",
     "LedgerError",
     "LedgerInfo",
     "ManagedLedger",
@@ -156,7 +164,9 @@ __all__ = [
     "OffloadedObject",
     "OutgoingMessage",
     "PACK_ERRORS",
+    "PgStore",
     "Position",
+    "PostgresUrl",
     "ProducerRow",
     "RemoteStorageError",
     "Row",
@@ -195,6 +205,7 @@ __all__ = [
     "plain_payload_layout",
     "sidecar_url",
     "split_value",
+    "store_location",
     "unpack",
     "validate_name",
     "value_packer",

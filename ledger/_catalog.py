@@ -110,7 +110,8 @@ class Catalog:
         values = await self._store.store_meta(("store_id", "store_home", "store_legacy"))
         current = values.get("store_id")
         if current is not None and values.get("store_home") == home:
-            return StoreIdentity(str(current), bool(values.get("store_legacy")), None)
+            # a number in SQLite, text in PostgreSQL
+            return StoreIdentity(str(current), bool(int(values.get("store_legacy") or 0)), None)
         if current is None:
             remote = await self._store.remote_ledger_count()
             adopts, minted = bool(remote), ("migrated" if remote else "new")

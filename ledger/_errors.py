@@ -31,6 +31,7 @@ the HTTP client (``txnstream.api.client``) raises the other way round, a status 
           + CorruptObjectError        an offloaded object failed verification
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
+      x LeaseLostError                PostgreSQL store: a newer epoch holds the lease; step down
       x TxnStreamSourceError          the Spark data source: a bad option, path or answer
       x TxnStreamHttpError            an error answer of a txnstream server (status, code)
         + TxnStreamTransportError     no answer: unreachable, or the connection failed
@@ -181,6 +182,24 @@ class SnapshotError(EngineError):
 
 class IncompatibleSnapshotError(SnapshotError):
     """A snapshot was written in a format this version does not know."""
+
+
+class LeaseLostError(EngineError):
+    """A write of a server whose lease was taken over (PostgreSQL store): the lease row of
+    ``scope`` no longer carries this writer's ``epoch`` (its fencing token), so the write
+    transaction was rolled back and nothing of it is visible. The server steps down to
+    standby; callers retry on the active.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, scope: str, epoch: int) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.epoch = epoch
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.scope, self.epoch)
 
 
 class TxnStreamSourceError(EngineError):

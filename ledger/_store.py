@@ -672,9 +672,17 @@ class StoreReader(abc.ABC):
 
     @staticmethod
     def open(path: str | Path) -> StoreReader:
-        """Open the data directory at ``path`` read-only. Raises
-        :class:`~txnstream.ledger.InvalidArgumentError` if it is not a txnstream data
-        directory, :class:`~txnstream.ledger.LedgerError` if it cannot be opened."""
+        """Open the data directory at ``path`` read-only, or the PostgreSQL store at a
+        ``postgresql://`` URL. Raises :class:`~txnstream.ledger.InvalidArgumentError` if it
+        is not a txnstream data directory (or store), :class:`~txnstream.ledger.LedgerError`
+        if it cannot be opened."""
+        from ._pg_url import PostgresUrl, store_location
+
+        location = store_location(path)
+        if isinstance(location, PostgresUrl):
+            from ._pg_view import PgStoreReader  # (imports psycopg: only when used)
+
+            return PgStoreReader(location.url)
         from ._sqlite_view import SqliteStoreReader  # (it imports this module)
 
         return SqliteStoreReader(path)

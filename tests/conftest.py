@@ -5,6 +5,12 @@ server per session (started on first use) for the client and CLI tests.
 ``tests/objectstore.py``), with the ``AWS_*`` environment pointing at it for the
 session; ``offload_url`` runs a test once against a local-directory store and once
 against a fresh prefix of that S3 server.
+
+``pg_cluster`` is one real PostgreSQL cluster per test module (``tests/pg_support.py``:
+initdb into a temporary directory, a free loopback port, run as the ``postgres`` user);
+``pg_url`` is the URL of a fresh database on it, owned by a plain (non-superuser) role;
+``pg_own_cluster`` is a cluster of the test's own (for promotions).
+Without PostgreSQL those tests skip, saying why; in CI (``CI`` set) they fail instead.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from objectstore import SeaweedFS, start_seaweedfs
+from pg_support import Cluster, start_test_cluster
 from support import running_server
 
 from txnstream.api import Engine, EngineConfig
@@ -80,3 +87,23 @@ def offload_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return (tmp_path / "objects").as_uri()
     server: SeaweedFS = request.getfixturevalue("s3_server")
     return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="module")
+def pg_cluster() -> Iterator[Cluster]:
+    """A running PostgreSQL cluster for the module (stopped by pid and removed after)."""
+    with start_test_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_own_cluster() -> Iterator[Cluster]:
+    """A cluster of the test's own, for tests that kill, replace or promote its primary."""
+    with start_test_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """The URL of a fresh, empty database on the module's cluster, as role ``txnstream``."""
+    return pg_cluster.create_database(f"t{uuid.uuid4().hex[:12]}", owner="txnstream")

@@ -1,0 +1,303 @@
+"""Every SQL statement of the PostgreSQL store, by domain: the writes each batch operation
+maps to (:data:`WRITES`, the same keys as :mod:`._sqlite_sql`) and the queries behind the
+store's typed reads.
+
+The schema is :mod:`._pg_schema`. Rows come back in the shapes SQLite gives (the
+interface's): flags as 0/1 ints, sums as ints. SQLite's ``INSERT OR REPLACE`` is an
+``INSERT ... ON CONFLICT (key) DO UPDATE`` of every other column; lists of ids travel as
+one array parameter (``= ANY``, a hashed ``NOT IN (SELECT unnest(...))``) instead of
+SQL text built per call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from . import _batch as op
+
+
+def _upsert(table: str, key: tuple[str, ...], columns: tuple[str, ...]) -> str:
+    """``INSERT OR REPLACE`` in PostgreSQL: every non-key column takes the new value."""
+    names = (*key, *columns)
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})"
+        f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET "
+        + ", ".join(f"{column} = EXCLUDED.{column}" for column in columns)
+    )
+
+
+def _meta(key: str) -> str:
+    return (
+        f"INSERT INTO meta (key, value) VALUES ('{key}', %s)"
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+    )
+
+
+_TXN_COLUMNS = (
+    "state",
+    "timeout_ms",
+    "deadline_ms",
+    "transactional_id",
+    "label",
+    "fenced",
+    "topics",
+    "acks",
+    "created_ms",
+    "ended_ms",
+    "reason",
+    "owner",
+)
+
+# -- writes: one statement per batch operation -------------------------------------------
+
+WRITES: dict[str, str] = {
+    # the log
+    op.ENTRY: "INSERT INTO entries (topic_id, ledger_id, entry_id, kind, txn, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s)",
+    op.LEDGER_OPEN: "INSERT INTO ledgers (topic_id, ledger_id, created_ms, entries, bytes,"
+    " has_aborts, base_offset) VALUES (%s, %s, %s, NULL, NULL, FALSE, %s)",
+    op.LEDGER_SEAL: "UPDATE ledgers SET entries = %s, bytes = %s"
+    " WHERE topic_id = %s AND ledger_id = %s",
+    op.LEDGER_DROP: "DELETE FROM ledgers WHERE topic_id = %s AND ledger_id = %s",
+    op.LEDGER_HAS_ABORTS: "UPDATE ledgers SET has_aborts = TRUE"
+    " WHERE topic_id = %s AND ledger_id = %s",
+    op.LEDGER_REMOTE: "UPDATE ledgers SET location = 'remote', url = %s, size = %s,"
+    " checksum = %s WHERE topic_id = %s AND ledger_id = %s",
+    op.LEDGER_ENTRIES_DROP: "DELETE FROM entries WHERE topic_id = %s AND ledger_id = %s",
+    op.LEDGER_ABORTED_DROP: "DELETE FROM aborted_txns WHERE topic_id = %s AND marker_ledger = %s",
+    op.TRIM_ENTRIES: "DELETE FROM entries WHERE topic_id = %s AND ledger_id <= %s",
+    op.TRIM_LEDGERS: "DELETE FROM ledgers WHERE topic_id = %s AND ledger_id <= %s",
+    op.TRIM_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = %s AND last_ledger <= %s",
+    op.ABORTED: _upsert(
+        "aborted_txns",
+        ("topic_id", "txn"),
+        (
+            "first_ledger",
+            "first_entry",
+            "last_ledger",
+            "last_entry",
+            "marker_ledger",
+            "marker_entry",
+            "stable_ledger",
+            "stable_entry",
+        ),
+    ),
+    # the catalog
+    op.TOPIC_CREATE: "INSERT INTO topics (topic_id, name, created_ms) VALUES (%s, %s, %s)",
+    op.NEXT_TOPIC_ID: _meta("next_topic_id"),
+    op.TOPIC_RETENTION: "UPDATE topics SET retention = %s WHERE topic_id = %s",
+    op.TOPIC_OFFLOAD: "UPDATE topics SET offload = %s WHERE topic_id = %s",
+    op.PRODUCER: _upsert("producers", ("topic_id", "producer"), ("last_seq", "positions")),
+    op.TOPIC_DROP_ENTRIES: "DELETE FROM entries WHERE topic_id = %s",
+    op.TOPIC_DROP_LEDGERS: "DELETE FROM ledgers WHERE topic_id = %s",
+    op.TOPIC_DROP_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = %s",
+    op.TOPIC_DROP_PRODUCERS: "DELETE FROM producers WHERE topic_id = %s",
+    op.TOPIC_DROP: "DELETE FROM topics WHERE topic_id = %s",
+    # subscriptions
+    op.SUBSCRIPTION_CREATE: "INSERT INTO subscriptions (topic_id, name, type, isolation,"
+    " cursor, created_ms) VALUES (%s, %s, %s, %s, %s, %s)",
+    op.CURSOR: "UPDATE subscriptions SET cursor = %s WHERE topic_id = %s AND name = %s",
+    op.SUBSCRIPTION_DROP: "DELETE FROM subscriptions WHERE topic_id = %s AND name = %s",
+    op.SUBSCRIPTIONS_DROP: "DELETE FROM subscriptions WHERE topic_id = %s",
+    # the coordinator (fenced arrives as a bool or a 0/1 int)
+    op.NEXT_TXN_SEQ: _meta("next_txn_seq"),
+    op.STORE_META: "INSERT INTO meta (key, value) VALUES (%s, %s)"
+    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+    op.TXN: "INSERT INTO txns (seq, " + ", ".join(_TXN_COLUMNS) + ")"
+    " VALUES (%s, %s, %s, %s, %s, %s, (%s::int <> 0), %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (seq) DO UPDATE SET "
+    + ", ".join(f"{column} = EXCLUDED.{column}" for column in _TXN_COLUMNS),
+    op.FINISH_KEY: _upsert("finish_keys", ("key",), ("created_ms",)),
+    op.TXNS_PRUNE: "DELETE FROM txns WHERE state <> 'open' AND ended_ms < %s",
+    # snapshots
+    op.SNAPSHOT: _upsert(
+        "snapshots",
+        ("topic_id", "snapshot_id"),
+        ("ledger_id", "entry_id", "taken_ms", "data"),
+    ),
+    op.SNAPSHOTS_UPTO_DROP: "DELETE FROM snapshots WHERE topic_id = %s AND snapshot_id <= %s",
+    op.SNAPSHOTS_DROP: "DELETE FROM snapshots WHERE topic_id = %s",
+    op.SEGMENT: _upsert("snapshot_segments", ("topic_id", "segment_id"), ("data",)),
+    op.SEGMENT_DROP: "DELETE FROM snapshot_segments WHERE topic_id = %s AND segment_id = %s",
+    op.SEGMENTS_BELOW_DROP: "DELETE FROM snapshot_segments WHERE topic_id = %s AND segment_id < %s",
+    op.SEGMENTS_DROP: "DELETE FROM snapshot_segments WHERE topic_id = %s",
+}
+assert WRITES.keys() == op.OPERATIONS, op.OPERATIONS ^ WRITES.keys()
+
+# -- reads: the log ----------------------------------------------------------------------
+
+LEDGERS = (
+    "SELECT ledger_id, created_ms, entries, bytes, has_aborts::int, location, url, size,"
+    " checksum, base_offset FROM ledgers WHERE topic_id = %s ORDER BY ledger_id"
+)
+LEDGER_TOTALS = (
+    "SELECT count(*), coalesce(sum(length(data)), 0)::bigint FROM entries"
+    " WHERE topic_id = %s AND ledger_id = %s"
+)
+RANGE = (
+    "SELECT ledger_id, entry_id, kind, txn, data FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) >= (%s, %s) AND (ledger_id, entry_id) <= (%s, %s)"
+    " ORDER BY ledger_id, entry_id LIMIT %s"
+)
+METAS = (
+    "SELECT ledger_id, entry_id, kind, txn FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) >= (%s, %s) ORDER BY ledger_id, entry_id LIMIT %s"
+)
+COUNT_DATA = (
+    "SELECT count(*) FROM entries WHERE topic_id = %s AND kind = 0"
+    " AND (ledger_id, entry_id) >= (%s, %s) AND (ledger_id, entry_id) <= (%s, %s)"
+    " AND (txn IS NULL OR txn NOT IN (SELECT unnest(%s::bigint[])))"
+    " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT unnest(%s::bigint[]))"
+)
+POSITIONS = (
+    "SELECT e.ledger_id, e.entry_id, e.kind, e.txn, e.data"
+    " FROM unnest(%s::bigint[], %s::bigint[]) AS p (ledger_id, entry_id)"
+    " JOIN entries e ON e.topic_id = %s AND e.ledger_id = p.ledger_id"
+    " AND e.entry_id = p.entry_id ORDER BY e.ledger_id, e.entry_id"
+)
+"""The log rows at the positions given as two arrays (ledger ids, entry ids), then the
+topic id."""
+LEDGER_ROWS = (
+    "SELECT entry_id, kind, txn, data FROM entries WHERE topic_id = %s AND ledger_id = %s"
+    " ORDER BY entry_id"
+)
+LEDGER_ABORTED = (
+    "SELECT txn, first_ledger, first_entry, last_ledger, last_entry, marker_ledger,"
+    " marker_entry, stable_ledger, stable_entry FROM aborted_txns"
+    " WHERE topic_id = %s AND marker_ledger = %s ORDER BY marker_entry"
+)
+
+# -- reads: the catalog ------------------------------------------------------------------
+
+TOPICS = "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
+NEXT_TOPIC_ID = (
+    "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
+    " (SELECT value FROM meta WHERE key = 'next_topic_id')"
+)
+PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id = %s"
+
+# -- reads: subscriptions ----------------------------------------------------------------
+
+SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+
+# -- reads: the coordinator --------------------------------------------------------------
+
+NEXT_TXN_SEQ = "SELECT value FROM meta WHERE key = 'next_txn_seq'"
+STORE_META = "SELECT key, value FROM meta WHERE key = ANY(%s)"
+REMOTE_LEDGERS = "SELECT count(*) FROM ledgers WHERE location = 'remote'"
+NTH_NEWEST_ENDED = (
+    "SELECT seq FROM txns WHERE state <> 'open' AND ended_ms >= %s"
+    " ORDER BY seq DESC LIMIT 1 OFFSET %s"
+)
+TXNS = (
+    "SELECT seq, state, timeout_ms, deadline_ms, transactional_id, label, fenced::int,"
+    " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
+    " WHERE state = 'open' OR (ended_ms >= %s AND seq >= %s) ORDER BY seq"
+)
+FINISH_KEYS = "SELECT key FROM finish_keys"
+_ENDED_ROWS = (
+    "SELECT seq, state, timeout_ms, deadline_ms, label, fenced::int, topics, created_ms,"
+    " reason, owner FROM txns WHERE state <> 'open'"
+)
+ENDED_TXN = _ENDED_ROWS + " AND seq = %s"
+
+
+@functools.lru_cache(maxsize=16)
+def ended_txns(state: bool, label_prefix: bool, born_before: bool) -> str:
+    """A page of ended transactions' rows, filtered by what is given (parameters in this
+    order: state, label prefix length and prefix, born-before, then after, upto, limit)."""
+    sql = [_ENDED_ROWS]
+    if state:
+        sql.append("AND state = %s")
+    if label_prefix:  # substr counts characters, as str.startswith does
+        sql.append("AND substr(label, 1, %s) = %s")
+    if born_before:
+        sql.append("AND created_ms <= %s")
+    sql.append("AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s")  # keyset pages
+    return " ".join(sql)
+
+
+def outcome_codes(reason_codes: Mapping[str, int]) -> str:
+    """``(seq, code)`` of ended transactions, the code computed by PostgreSQL:
+    ``committed | fenced << 1 | reason_codes[reason] << 2`` (0 for another reason)."""
+    return _outcome_codes(tuple(sorted(reason_codes.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _outcome_codes(reason_codes: tuple[tuple[str, int], ...]) -> str:
+    cases = " ".join(
+        f"WHEN '{reason.replace(chr(39), chr(39) * 2)}' THEN {int(code)}"
+        for reason, code in reason_codes
+    )
+    return (
+        "SELECT seq, ((state = 'committed')::int | (fenced::int << 1) | ((CASE reason "
+        + cases
+        + " ELSE 0 END) << 2)) FROM txns WHERE state <> 'open' AND ended_ms >= %s"
+        " AND seq < %s ORDER BY seq DESC LIMIT %s"
+    )
+
+
+# -- reads: snapshots --------------------------------------------------------------------
+
+SNAPSHOTS = "SELECT snapshot_id, data FROM snapshots WHERE topic_id = %s ORDER BY snapshot_id DESC"
+SNAPSHOT_COUNTERS = (
+    "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = %s),"
+    " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = %s)"
+)
+SEGMENTS = (
+    "SELECT segment_id, data FROM snapshot_segments"
+    " WHERE topic_id = %s AND segment_id = ANY(%s::bigint[])"
+)
+
+# -- the store read from another process (_pg_view) --------------------------------------
+
+VIEW_TABLES = (
+    "SELECT table_name FROM information_schema.tables"
+    " WHERE table_schema = current_schema() AND table_name = ANY(%s::text[])"
+)
+VIEW_TOPIC = "SELECT topic_id FROM topics WHERE name = %s"
+VIEW_FIRST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " ORDER BY ledger_id, entry_id LIMIT 1"
+)
+VIEW_LAST = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_LAST_BEFORE = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) < (%s, %s) ORDER BY ledger_id DESC, entry_id DESC LIMIT 1"
+)
+VIEW_REMOTE = (
+    "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = %s"
+    " AND location = 'remote' ORDER BY ledger_id"
+)
+VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state <> ALL(%s::text[])"
+VIEW_FIRST_DATA = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s AND kind = 0"
+    " AND txn = ANY(%s::bigint[])"
+)
+VIEW_AFTER = " AND (ledger_id, entry_id) > (%s, %s)"
+VIEW_FIRST_ORDER = " ORDER BY ledger_id, entry_id LIMIT 1"
+VIEW_NTH = (
+    "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s"
+    " AND (ledger_id, entry_id) >= (%s, %s) ORDER BY ledger_id, entry_id LIMIT 1 OFFSET %s"
+)
+VIEW_LEDGER_TOPS = (
+    "SELECT ledger_id, (SELECT max(entry_id) FROM entries e WHERE e.topic_id ="
+    " l.topic_id AND e.ledger_id = l.ledger_id) FROM ledgers l WHERE topic_id = %s"
+    " ORDER BY ledger_id"
+)
+VIEW_HAS_ABORTS = (
+    "SELECT 1 FROM ledgers WHERE topic_id = %s AND ledger_id >= %s AND has_aborts LIMIT 1"
+)
+VIEW_ABORTED = (
+    "SELECT txn FROM aborted_txns WHERE topic_id = %s"
+    " AND (marker_ledger, marker_entry) >= (%s, %s)"
+    " AND (first_ledger, first_entry) < (%s, %s) AND (last_ledger, last_entry) >= (%s, %s)"
+)
+VIEW_DATA = (
+    "SELECT entry_id, txn, data FROM entries WHERE topic_id = %s AND ledger_id = %s"
+    " AND entry_id >= %s AND entry_id < %s AND kind = 0 ORDER BY entry_id"
+)

@@ -1,0 +1,423 @@
+"""The PostgreSQL store: one database that several servers may open, one of them active.
+
+* **Leadership.** Opening takes the store's lease (:mod:`._pg_lease`) with the next epoch,
+  or raises :class:`~txnstream.ledger.DataDirLockedError` naming the active that holds it
+  (standby mode is the next step). A task this store owns renews the lease every third of
+  ``lease_timeout``; when a renewal finds the lease taken over, the store fails (the
+  owner reopens). Closing releases it, so a standby need not wait out the expiry.
+* **Writes.** The group commit of :class:`~txnstream.ledger.Store` is unchanged: one flush
+  takes every batch queued since the last, and :func:`._pg_write.apply_flush` applies it
+  on the writer's own connection as one PostgreSQL transaction, fence first, pipelined
+  (one round trip plus PostgreSQL's COMMIT). A flush completes (its callbacks run, its
+  waiters wake) only after COMMIT returned, so durability is PostgreSQL's:
+  ``synchronous_commit`` and ``synchronous_standby_names`` decide what a returned COMMIT
+  survives. A flush whose COMMIT answer was lost is settled on a new connection
+  (:func:`._pg_write.flush_committed`): committed, it completes; not, it is retried.
+* **Reads** go to a pool of autocommit connections (``psycopg_pool``); each sees what
+  was committed when it began and never waits for the writer (MVCC).
+
+The statements are :mod:`._pg_sql`'s; the schema and its migrations :mod:`._pg_schema`'s.
+This is the only module that opens PostgreSQL connections for the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from . import _pg_sql as sql
+from ._batch import Params, WriteBatch
+from ._errors import DataDirLockedError, LeaseLostError
+from ._pg_lease import STORE_SCOPE, Lease, read_lease
+from ._pg_schema import migrate
+from ._pg_url import redact
+from ._pg_write import Run, apply_flush, flush_committed
+from ._position import Position
+from ._store import Row, StorageMetrics, Store
+
+log = logging.getLogger("txnstream.store")
+
+_APPLICATION = "txnstream"
+_SETTLE_MIN_SECONDS = 5.0
+
+
+class _NotCommitted(Exception):
+    """A flush failed on its connection and settled as not committed: safe to retry."""
+
+
+class PgStore(Store):
+    """The store on a PostgreSQL database: see the module docstring."""
+
+    kick_at_once = True  # the writer is a server beside the loop, not a thread in it
+
+    def __init__(
+        self,
+        url: str,
+        writer: psycopg.AsyncConnection[Any],
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]],
+        lease: Lease,
+        *,
+        max_pending_entries: int,
+    ) -> None:
+        super().__init__(None, max_pending_entries=max_pending_entries)
+        self.url = url
+        self._writer: psycopg.AsyncConnection[Any] | None = writer
+        self._pool = pool
+        self.lease = lease
+        """This server's claim on the store (its epoch fences every flush)."""
+        self._flush_seq = 0
+        self._flush_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
+        self._database_bytes = 0
+        self._connect_timeout = 10
+
+    @classmethod
+    async def open(  # type: ignore[override]
+        cls,
+        url: str,
+        *,
+        readers: int = 2,
+        max_pending_entries: int = 20_000,
+        lease_timeout: float = 5.0,
+        holder: str | None = None,
+        advertise_url: str | None = None,
+        connect_timeout: float = 10.0,
+    ) -> PgStore:
+        """Connect to the database at ``url`` (a libpq URL), migrate its schema, take the
+        store's lease and start renewing it.
+
+        Raises :class:`~txnstream.ledger.DataDirLockedError` when another server holds
+        the lease, ``psycopg.OperationalError`` when the database cannot be reached.
+        """
+        holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        lease = Lease(holder, advertise_url, lease_timeout)
+        writer = await psycopg.AsyncConnection.connect(
+            url,
+            autocommit=True,
+            application_name=_APPLICATION,
+            connect_timeout=max(1, round(connect_timeout)),
+        )
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        try:
+            await migrate(writer)
+            if not await lease.try_acquire(writer):
+                state = await read_lease(writer)
+                active = "another server" if state is None else f"{state.holder} ({state.url})"
+                raise DataDirLockedError(
+                    f"the store at {redact(url)} is served by {active}: its lease runs"
+                    " until it expires or is released"
+                )
+            pool = AsyncConnectionPool(
+                url,
+                min_size=readers,
+                max_size=readers,
+                kwargs={"autocommit": True, "application_name": _APPLICATION},
+                open=False,
+                name="txnstream-readers",
+            )
+            await pool.open(wait=True, timeout=connect_timeout)
+        except BaseException:
+            if pool is not None:
+                await pool.close()
+            with contextlib.suppress(psycopg.Error):
+                await lease.release(writer)
+            await writer.close()
+            raise
+        store = cls(url, writer, pool, lease, max_pending_entries=max_pending_entries)
+        store._connect_timeout = max(1, round(connect_timeout))
+        store._renew_task = asyncio.create_task(store._renew(), name="txnstream-lease")
+        return store
+
+    # -- the lease -----------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        """Renew the lease every third of its timeout until it is lost or we close."""
+        lease = self.lease
+        while True:
+            await asyncio.sleep(lease.ttl / 3)
+            try:
+                async with self._pool.connection(timeout=lease.ttl / 3) as conn:
+                    held = await lease.renew(conn)
+                    row = await (
+                        await conn.execute("SELECT pg_database_size(current_database())")
+                    ).fetchone()
+                    if row is not None:
+                        self._database_bytes = int(row[0])
+            except (psycopg.Error, PoolTimeout) as exc:
+                # The database is unreachable: keep trying. Writes stay safe meanwhile,
+                # since each flush checks the epoch itself.
+                log.warning("lease renewal failed, retrying: %s", exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - anything else: the store fails
+                self._fail(exc, [])
+                return
+            if not held:
+                log.error("the store's lease was taken over: this server steps down")
+                self._fail(
+                    LeaseLostError(
+                        f"the store's lease (epoch {lease.epoch}) was taken over",
+                        STORE_SCOPE,
+                        -1,
+                    ),
+                    [],
+                )
+                return
+
+    # -- the writer ----------------------------------------------------------------
+
+    def _hop(self, batch: WriteBatch) -> None:
+        # An operation the table does not name is PostgreSQL SQL already (this store's
+        # own tests queue raw statements); the layers above only queue typed operations.
+        writes = sql.WRITES
+        runs: list[Run] = [(writes.get(op, op), rows) for op, rows in batch.ops]
+        self._flush_seq += 1
+        self._flush_task = asyncio.create_task(self._apply(runs, self._flush_seq))
+
+    async def _apply(self, runs: list[Run], seq: int) -> None:
+        epoch = self.lease.epoch
+        if epoch is None:
+            self._hopped(LeaseLostError("this server lost the store's lease", STORE_SCOPE, -1))
+            return
+        claims = {STORE_SCOPE: epoch}
+        error: BaseException | None = None
+        try:
+            conn = await self._writer_connection()
+            await apply_flush(conn, claims, runs, seq)
+        except psycopg.OperationalError as exc:
+            error = await self._settle(claims, seq, exc)
+        except Exception as exc:  # noqa: BLE001 - a failed flush is handed to _hopped
+            error = exc
+        self._hopped(error)
+
+    async def _writer_connection(self) -> psycopg.AsyncConnection[Any]:
+        writer = self._writer
+        if writer is None or writer.closed or writer.broken:
+            if writer is not None:
+                await writer.close()
+            self._writer = None
+            writer = self._writer = await psycopg.AsyncConnection.connect(
+                self.url,
+                autocommit=True,
+                application_name=_APPLICATION,
+                connect_timeout=self._connect_timeout,
+            )
+        return writer
+
+    async def _settle(
+        self, claims: Mapping[str, int], seq: int, exc: BaseException
+    ) -> BaseException | None:
+        """The flush failed on its connection: None if it committed anyway, else the
+        error to hand on (:class:`_NotCommitted`, retried, when it surely did not).
+
+        While the database is unreachable (restarting, failing over) the outcome is
+        asked again with backoff, for up to the lease timeout (at least 5 s)."""
+        log.warning("flush %d failed on its connection (%s): settling its outcome", seq, exc)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(self.lease.ttl, _SETTLE_MIN_SECONDS)
+        delay = 0.05
+        while True:
+            try:
+                left = max(0.1, deadline - loop.time())
+                async with self._pool.connection(timeout=left) as conn:
+                    committed = await flush_committed(conn, claims, seq, lock_timeout=left)
+                break
+            except LeaseLostError as lost:
+                return lost
+            except (psycopg.Error, PoolTimeout) as settle_error:
+                if loop.time() + delay > deadline:
+                    return settle_error  # still unreachable: the outcome stays unknown
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        if committed:
+            log.warning("flush %d had committed: it completes", seq)
+            return None
+        error = _NotCommitted(f"flush {seq} did not commit: {exc}")
+        error.__cause__ = exc
+        return error
+
+    def _transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, _NotCommitted)
+
+    async def _close_connections(self) -> None:
+        for task in (self._renew_task, self._flush_task):
+            if task is not None and not task.done():
+                task.cancel()
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            writer = self._writer
+            if writer is not None and not writer.broken:
+                if self.failure is None:
+                    with contextlib.suppress(psycopg.Error):
+                        await self.lease.release(writer)
+                await writer.close()
+        finally:
+            self._writer = None
+            await self._pool.close()
+
+    def storage_metrics(self) -> StorageMetrics:
+        """The database's size (``pg_database_size``, refreshed with each lease renewal);
+        PostgreSQL's WAL is the server's, not this database's: 0."""
+        return StorageMetrics(database_bytes=self._database_bytes, wal_bytes=0)
+
+    # -- reading -------------------------------------------------------------------
+
+    async def read(self, query: str, params: Params | Mapping[str, Any] = ()) -> list[Any]:
+        """Run PostgreSQL SQL on a read connection; sees only committed data. (This
+        store's own: the typed reads use it, and its tests and tools.)"""
+        self._check_readable()
+        attempts = self._pool.max_size + 1
+        for attempt in range(1, attempts + 1):
+            async with self._pool.connection() as conn:
+                try:
+                    cur = await conn.execute(query, params)
+                    return await cur.fetchall()
+                except psycopg.OperationalError:
+                    # A connection a database restart broke fails its first use (the
+                    # pool replaces it): a read is safe to run again, on the next one.
+                    if not conn.broken or attempt == attempts:
+                        raise
+        raise AssertionError("unreachable")
+
+    async def ledger_rows(self, topic_id: int) -> list[Row]:
+        return await self.read(sql.LEDGERS, (topic_id,))
+
+    async def ledger_totals(self, topic_id: int, ledger_id: int) -> tuple[int, int]:
+        ((entries, size),) = await self.read(sql.LEDGER_TOTALS, (topic_id, ledger_id))
+        return int(entries), int(size)
+
+    async def read_range(
+        self, topic_id: int, start: Position, end: Position, limit: int
+    ) -> list[Row]:
+        return await self.read(
+            sql.RANGE,
+            (topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
+        )
+
+    async def read_positions(self, topic_id: int, positions: Sequence[Position]) -> list[Row]:
+        if not positions:
+            return []
+        ledgers = [int(p.ledger_id) for p in positions]
+        entries = [int(p.entry_id) for p in positions]
+        return await self.read(sql.POSITIONS, (ledgers, entries, topic_id))
+
+    async def read_metas(self, topic_id: int, start: Position, limit: int) -> list[Row]:
+        return await self.read(sql.METAS, (topic_id, start.ledger_id, start.entry_id, limit))
+
+    async def count_data(
+        self,
+        topic_id: int,
+        start: Position,
+        end: Position,
+        except_txns: Sequence[int],
+        except_keys: Sequence[int],
+    ) -> int:
+        rows = await self.read(
+            sql.COUNT_DATA,
+            (
+                topic_id,
+                start.ledger_id,
+                start.entry_id,
+                end.ledger_id,
+                end.entry_id,
+                [int(txn) for txn in except_txns],
+                [int(key) for key in except_keys],
+            ),
+        )
+        return int(rows[0][0])
+
+    async def ledger_entries(self, topic_id: int, ledger_id: int) -> list[Row]:
+        return await self.read(sql.LEDGER_ROWS, (topic_id, ledger_id))
+
+    async def ledger_aborted(self, topic_id: int, ledger_id: int) -> list[Row]:
+        return await self.read(sql.LEDGER_ABORTED, (topic_id, ledger_id))
+
+    async def topic_rows(self) -> list[Row]:
+        return await self.read(sql.TOPICS)
+
+    async def next_topic_id(self) -> int:
+        highest, reserved = (await self.read(sql.NEXT_TOPIC_ID))[0]
+        return max(int(highest) + 1, int(reserved or 0))
+
+    async def producer_rows(self, topic_id: int) -> list[Row]:
+        return await self.read(sql.PRODUCERS, (topic_id,))
+
+    async def subscription_rows(self) -> list[Row]:
+        return await self.read(sql.SUBSCRIPTIONS)
+
+    async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
+        return dict(await self.read(sql.STORE_META, (list(keys),)))
+
+    async def remote_ledger_count(self) -> int:
+        return int((await self.read(sql.REMOTE_LEDGERS))[0][0])
+
+    async def next_txn_seq(self) -> int | None:
+        rows = await self.read(sql.NEXT_TXN_SEQ)
+        return int(rows[0][0]) if rows else None
+
+    async def nth_newest_ended_seq(self, ended_since_ms: int, n: int) -> int | None:
+        rows = await self.read(sql.NTH_NEWEST_ENDED, (ended_since_ms, n))
+        return int(rows[0][0]) if rows else None
+
+    async def outcome_codes(
+        self, ended_since_ms: int, below_seq: int, limit: int, reason_codes: Mapping[str, int]
+    ) -> list[tuple[int, int]]:
+        rows = await self.read(sql.outcome_codes(reason_codes), (ended_since_ms, below_seq, limit))
+        return [(int(seq), int(code)) for seq, code in rows]
+
+    async def txn_rows(self, ended_since_ms: int, from_seq: int) -> list[Row]:
+        return await self.read(sql.TXNS, (ended_since_ms, from_seq))
+
+    async def finish_keys(self) -> list[str]:
+        return [key for (key,) in await self.read(sql.FINISH_KEYS)]
+
+    async def ended_txn_row(self, seq: int) -> Row | None:
+        rows = await self.read(sql.ENDED_TXN, (seq,))
+        return rows[0] if rows else None
+
+    async def ended_txn_rows(
+        self,
+        *,
+        state: str | None,
+        label_prefix: str | None,
+        born_before_ms: int | None,
+        after_seq: int,
+        upto_seq: int,
+        limit: int,
+    ) -> list[Row]:
+        params: list[object] = []
+        if state is not None:
+            params.append(state)
+        if label_prefix is not None:
+            params += [len(label_prefix), label_prefix]
+        if born_before_ms is not None:
+            params.append(born_before_ms)
+        query = sql.ended_txns(
+            state is not None, label_prefix is not None, born_before_ms is not None
+        )
+        return await self.read(query, (*params, after_seq, upto_seq, limit))
+
+    async def snapshot_rows(self, topic_id: int) -> list[tuple[int, bytes]]:
+        return await self.read(sql.SNAPSHOTS, (topic_id,))
+
+    async def snapshot_counters(self, topic_id: int) -> tuple[int, int]:
+        ((snapshot, segment),) = await self.read(sql.SNAPSHOT_COUNTERS, (topic_id, topic_id))
+        return int(snapshot), int(segment)
+
+    async def snapshot_segments(
+        self, topic_id: int, segment_ids: Sequence[int]
+    ) -> dict[int, bytes]:
+        if not segment_ids:
+            return {}
+        rows = await self.read(sql.SEGMENTS, (topic_id, [int(i) for i in segment_ids]))
+        return dict(rows)

@@ -1,0 +1,342 @@
+"""The PostgreSQL store on a real cluster: every typed write and read gives what the
+SQLite store gives, group commit, durability when a write returns, the lease (one
+active, fencing), and a writer connection lost between flushes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_support import Cluster
+from support import wait_until
+
+from txnstream.ledger import (
+    DB_FILE,
+    DataDirLockedError,
+    EngineFailedError,
+    Position,
+    Store,
+    WriteBatch,
+)
+from txnstream.ledger._batch import OPERATIONS
+from txnstream.ledger._pg_sql import WRITES
+from txnstream.ledger._pg_store import PgStore
+
+pytestmark = pytest.mark.timeout(90)
+
+P = Position
+
+
+def txn_row(
+    seq: int, state: str, ended: int | None, label: str | None, fenced: Any, reason: str | None
+) -> list[Any]:
+    return [seq, state, 1000, 2000 + seq, f"tid{seq}", label, fenced, b"\x91\xa1a", b"\x90",
+            10 * seq, ended, reason, "alice" if seq % 2 else None]  # fmt: skip
+
+
+def script() -> list[WriteBatch]:
+    """Batches that use every operation of the interface at least once."""
+    first = WriteBatch()
+    for topic_id, name in ((0, "a"), (1, "b"), (2, "c")):
+        first.create_topic(topic_id, name, 100 + topic_id)
+        first.open_ledger(topic_id, 0, 100, 0)
+    first.open_ledger(0, 1, 150, 14)
+    first.insert_entries((0, 0, i, 0, None, f"m{i}".encode()) for i in range(10))
+    first.insert_entries((0, 0, i, 0, 5, f"t{i}".encode()) for i in range(10, 13))
+    first.insert_entry(0, 0, 13, 1, 5, b"commit")
+    first.seal_ledger(0, 0, 14, 1234)
+    first.insert_entries((0, 1, i, 0, 6, b"x" * i) for i in range(4))
+    first.insert_entry(0, 1, 4, 2, 6, b"abort")
+    first.mark_has_aborts(0, 1)
+    first.put_aborted((0, 6, 1, 0, 1, 3, 1, 4, None, None))
+    first.put_aborted((0, 7, 1, 0, 1, 1, 1, 4, 1, 2))
+    first.put_retention(0, b"retention")
+    first.put_offload_policy(0, b"offload")
+    first.put_producer(0, "p", 5, b"pos1")
+    first.put_producer(0, "q", 1, b"q1")
+    first.create_subscription(0, "s", "shared", "read_committed", b"c1", 100)
+    first.create_subscription(0, "t", "exclusive", "read_uncommitted", b"t1", 101)
+    first.create_subscription(1, "x", "shared", "read_committed", b"x1", 102)
+    first.reserve_txn_seqs(100)
+    first.put_store_meta("store_id", "abc")
+    first.put_store_meta("store_home", "here")
+    first.record_txn(txn_row(1, "open", None, None, False, None))
+    first.record_txn(txn_row(2, "committed", 200, "lbl-a", 0, "client"))
+    first.record_txn(txn_row(3, "aborted", 300, "lbl-b", True, "fenced"))
+    first.record_txn(txn_row(4, "aborted", 50, "other", 0, "timeout"))
+    first.record_txn(txn_row(5, "aborted", 400, "lbl-é", 1, "low_watermark"))
+    first.put_finish_key("k1", 100)
+    first.put_snapshot(0, 0, 0, 5, 100, b"snap0")
+    first.put_snapshot(0, 1, 0, 13, 200, b"snap1")
+    for segment in range(4):
+        first.put_snapshot_segment(0, segment, f"seg{segment}".encode())
+    first.put_snapshot(1, 0, -1, -1, 100, b"snapb")
+    first.put_snapshot_segment(1, 0, b"segb")
+    first.insert_entries((1, 0, i, 0, None, b"b") for i in range(3))
+    first.insert_entries((2, 0, i, 0, None, b"c") for i in range(3))
+    first.seal_ledger(2, 0, 3, 3)
+    first.open_ledger(2, 1, 200, 3)
+    first.insert_entries((2, 1, i, 0, None, b"c") for i in range(2))
+    second = WriteBatch()
+    second.put_producer(0, "p", 9, b"pos2")  # upserts
+    second.put_aborted((0, 6, 1, 0, 1, 3, 1, 4, 1, 4))
+    second.put_cursor(0, "s", b"c2")
+    second.drop_subscription(1, "x")
+    second.record_txn(txn_row(1, "committed", 500, None, 0, "client"))
+    second.put_finish_key("k1", 150)
+    second.put_finish_key("k2", 160)
+    second.drop_snapshots_upto(0, 0)
+    second.drop_snapshot_segments(0, [1])
+    second.drop_snapshot_segments_below(0, 1)
+    second.put_snapshot(0, 1, 0, 13, 250, b"snap1b")
+    second.prune_txns(60)
+    second.trim_ledgers(2, 0)
+    second.seal_ledger(1, 0, 3, 3)
+    second.move_ledger_remote(1, 0, "file:///o/1-0.parquet", 999, "crc")
+    second.create_topic(3, "d", 300)
+    second.drop_topic(3)
+    third = WriteBatch()
+    third.drop_topic_snapshots(1)
+    third.drop_subscriptions(0)
+    third.create_subscription(0, "s", "shared", "read_committed", b"c3", 103)
+    third.open_ledger(0, 2, 300, 19)
+    third.drop_ledger(0, 2)
+    return [first, second, third]
+
+
+def used_operations() -> set[str]:
+    return {op for batch in script() for op, _ in batch.ops}
+
+
+async def everything(store: Store) -> dict[str, Any]:
+    """Every typed read of the interface, on the script's rows."""
+    reason_codes = {"client": 1, "timeout": 2, "fenced": 3, "low_watermark": 4}
+    reads: dict[str, Any] = {
+        "ledgers": [await store.ledger_rows(t) for t in range(4)],
+        "store_meta": await store.store_meta(["store_id", "store_home", "missing"]),
+        "remote_ledgers": await store.remote_ledger_count(),
+        "totals": [await store.ledger_totals(0, 0), await store.ledger_totals(9, 9)],
+        "range": await store.read_range(0, P(0, 0), P(1, 100), 100),
+        "range_limited": await store.read_range(0, P(0, 11), P(1, 2), 3),
+        "positions": await store.read_positions(0, [P(1, 1), P(0, 3), P(0, 99), P(0, 13)]),
+        "metas": await store.read_metas(0, P(0, 12), 4),
+        "count": await store.count_data(0, P(0, 0), P(9, 0), [], []),
+        "count_except": await store.count_data(0, P(0, 2), P(1, 3), [6], [2, (1 << 32) | 1]),
+        "ledger_entries": await store.ledger_entries(0, 1),
+        "ledger_aborted": await store.ledger_aborted(0, 1),
+        "topics": await store.topic_rows(),
+        "next_topic_id": await store.next_topic_id(),
+        "producers": await store.producer_rows(0),
+        "subscriptions": sorted(await store.subscription_rows()),
+        "next_txn_seq": await store.next_txn_seq(),
+        "nth": [await store.nth_newest_ended_seq(0, n) for n in range(5)],
+        "outcomes": await store.outcome_codes(0, 100, 10, reason_codes),
+        "outcomes_some": await store.outcome_codes(250, 5, 1, {"client": 1}),
+        "txns": await store.txn_rows(0, 0),
+        "txns_since": await store.txn_rows(350, 2),
+        "finish_keys": sorted(await store.finish_keys()),
+        "ended": [await store.ended_txn_row(seq) for seq in range(7)],
+        "ended_pages": [
+            await store.ended_txn_rows(
+                state=state,
+                label_prefix=prefix,
+                born_before_ms=born,
+                after_seq=after,
+                upto_seq=100,
+                limit=limit,
+            )
+            for state, prefix, born, after, limit in [
+                (None, None, None, 0, 10),
+                ("aborted", None, None, 0, 10),
+                (None, "lbl-", None, 0, 10),
+                (None, "lbl-é", None, 0, 10),
+                (None, None, 30, 0, 10),
+                (None, None, None, 2, 1),
+            ]
+        ],
+        "snapshots": [await store.snapshot_rows(t) for t in range(2)],
+        "counters": [await store.snapshot_counters(t) for t in range(3)],
+        "segments": [
+            await store.snapshot_segments(0, [0, 1, 2, 3, 7]),
+            await store.snapshot_segments(0, []),
+        ],
+    }
+    return {name: _plain(value) for name, value in reads.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Rows as tuples of plain values, whichever driver made them."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    return value
+
+
+async def open_pg(url: str, **options: Any) -> PgStore:
+    return await PgStore.open(url, lease_timeout=options.pop("lease_timeout", 30), **options)
+
+
+@pytest.fixture
+async def store(pg_url: str) -> AsyncIterator[PgStore]:
+    opened = await open_pg(pg_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def test_every_operation_has_a_postgresql_statement_and_the_script_uses_each() -> None:
+    assert WRITES.keys() == OPERATIONS
+    assert used_operations() == OPERATIONS
+
+
+async def test_every_read_gives_what_the_sqlite_store_gives(store: PgStore, tmp_path: Path) -> None:
+    sqlite = await Store.open(tmp_path / DB_FILE)
+    try:
+        for batch_pg, batch_sqlite in zip(script(), script(), strict=True):
+            await store.write(batch_pg)
+            await sqlite.write(batch_sqlite)
+        expected = await everything(sqlite)
+    finally:
+        await sqlite.close()
+    got = await everything(store)
+    assert got == expected
+    # and the script's rows are really there (the comparison is not of two empty stores)
+    assert len(got["range"]) == 19
+    assert got["count_except"] == 10
+    assert got["segments"][0] == {2: b"seg2", 3: b"seg3"}
+
+
+async def test_a_write_returns_committed_and_many_writers_share_flushes(
+    store: PgStore, pg_url: str
+) -> None:
+    flushes: list[int] = []
+    store.on_flush = lambda entries, seconds: flushes.append(entries)
+    setup = WriteBatch()
+    setup.create_topic(0, "a", 1)
+    setup.open_ledger(0, 0, 1, 0)
+    await store.write(setup)
+
+    async def produce(i: int) -> None:
+        batch = WriteBatch()
+        batch.insert_entry(0, 0, i, 0, None, b"v%d" % i)
+        batch.entries = 1
+        await store.write(batch)
+
+    await asyncio.gather(*(produce(i) for i in range(200)))
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+        row = await (await other.execute("SELECT count(*) FROM entries")).fetchone()
+    assert row == (200,)
+    assert sum(flushes) == 200
+    assert len(flushes) < 50  # group commit: many callers' batches per transaction
+
+
+async def test_a_second_server_is_refused_until_the_first_closes(pg_url: str) -> None:
+    first = await open_pg(pg_url, advertise_url="http://first:8080")
+    try:
+        with pytest.raises(DataDirLockedError, match="http://first:8080"):
+            await open_pg(pg_url)
+    finally:
+        await first.close()  # releases the lease
+    second = await open_pg(pg_url)
+    try:
+        assert second.lease.epoch == 2
+    finally:
+        await second.close()
+
+
+async def test_a_store_whose_lease_was_taken_over_writes_nothing_and_fails(
+    store: PgStore, pg_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+        await other.execute("UPDATE leases SET epoch = epoch + 1, holder = 'usurper'")
+        batch = WriteBatch()
+        batch.create_topic(0, "a", 1)
+        with pytest.raises(EngineFailedError, match="epoch"):
+            await store.write(batch)
+        row = await (await other.execute("SELECT count(*) FROM topics")).fetchone()
+        assert row == (0,)
+    assert store.failure is not None
+    with pytest.raises(EngineFailedError):
+        store.submit(WriteBatch())
+
+
+async def test_the_renewal_notices_a_takeover(pg_url: str) -> None:
+    store = await open_pg(pg_url, lease_timeout=0.3)
+    failed = asyncio.Event()
+    store.on_failure = lambda exc: failed.set()
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+            await other.execute("UPDATE leases SET epoch = epoch + 1, holder = 'usurper'")
+        await asyncio.wait_for(failed.wait(), 5)
+        assert store.lease.epoch is None
+    finally:
+        await store.close()
+
+
+async def test_a_writer_connection_lost_between_flushes_is_replaced(
+    store: PgStore, pg_url: str
+) -> None:
+    batch = WriteBatch()
+    batch.create_topic(0, "a", 1)
+    await store.write(batch)
+    writer = store._writer
+    assert writer is not None
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+        await other.execute("SELECT pg_terminate_backend(%s)", (writer.info.backend_pid,))
+        batch = WriteBatch()
+        batch.create_topic(1, "b", 2)
+        await store.write(batch)  # fails on the dead connection, settles, retries
+        row = await (await other.execute("SELECT count(*) FROM topics")).fetchone()
+    assert row == (2,)
+    assert store.failure is None
+
+
+async def test_writes_go_on_after_a_postgresql_restart(pg_cluster: Cluster, store: PgStore) -> None:
+    batch = WriteBatch()
+    batch.create_topic(0, "a", 1)
+    await store.write(batch)
+    await asyncio.to_thread(pg_cluster.kill)
+    await asyncio.to_thread(pg_cluster.start)
+    batch = WriteBatch()
+    batch.create_topic(1, "b", 2)
+    await store.write(batch)
+    assert [row[1] for row in await store.topic_rows()] == ["a", "b"]
+    assert store.failure is None
+
+
+async def test_the_lease_is_renewed_again_after_postgresql_was_down(
+    pg_cluster: Cluster, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_pg(pg_url, lease_timeout=0.6)
+    try:
+        await asyncio.to_thread(pg_cluster.kill)
+
+        async def renewal_failed() -> bool:
+            return "lease renewal failed" in caplog.text
+
+        await wait_until(renewal_failed, 10, "a renewal to fail")  # the store keeps trying
+        await asyncio.to_thread(pg_cluster.start)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+
+            async def renewed() -> bool:
+                cur = await conn.execute("SELECT expires_at > clock_timestamp() FROM leases")
+                return await cur.fetchone() == (True,)
+
+            await wait_until(renewed, 10, "a renewal after the restart")
+        batch = WriteBatch()
+        batch.create_topic(0, "a", 1)
+        await store.write(batch)
+        assert store.failure is None
+        assert store.lease.epoch == 1
+    finally:
+        await store.close()
