@@ -546,3 +546,54 @@ def test_the_topic_tabs_use_the_api_with_the_token_and_its_rules(page: Any, tmp_
         page.locator("#publish-form").get_by_role("button", name="Publish").click()
         expect(page.locator("#notice")).to_contain_text("(forbidden)")
         assert fetch_all(http, "ro") == []
+
+
+def test_offload_settings_run_now_and_paging_back_across_ledgers(page: Any, tmp_path: Path) -> None:
+    """The settings tab shows and edits the offload policy and offloads now; the browser
+    pages back across ledgers (offloaded ones read like local ones)."""
+    from playwright.sync_api import expect
+
+    objects = (tmp_path / "objects").as_uri()
+    with (
+        running_server(tmp_path / "data", offload_url=objects, ledger_max_entries=4) as url,
+        httpx.Client(base_url=url, timeout=10) as http,
+    ):
+        assert http.put("/v1/topics/orders").status_code == 201
+        sent = [produce(http, "orders", {"order": i}) for i in range(14)]
+        assert len({p.split(":")[0] for p in sent}) == 4  # four ledgers of at most 4
+
+        page.goto(f"{url}/ui/topics/orders#settings")
+        now = page.locator("#offload-now")
+        expect(now).to_have_text("no policy · 0 ledger(s) offloaded")
+        offload = page.locator("#offload-form")
+        offload.get_by_label("Offload a ledger").fill("2")
+        offload.get_by_label("Ledgers kept local").fill("2")
+        offload.get_by_role("button", name="Save offload policy").click()
+        expect(now).to_have_text("after 2 h, 2 kept local · 0 ledger(s) offloaded")
+        policy = http.get("/v1/topics/orders/stats").json()["offload"]
+        assert policy == {"after_ms": 7_200_000, "min_local_ledgers": 2}
+        offload.get_by_role("button", name="Offload now").click()
+        expect(page.locator("#notice")).to_contain_text("Offloaded ledger(s) ")
+        remote = [
+            ledger["ledger"]
+            for ledger in http.get("/v1/topics/orders/ledgers").json()["ledgers"]
+            if ledger["location"] == "remote"
+        ]
+        assert len(remote) == 2
+        expect(page.locator("#notice")).to_have_text(
+            f"Offloaded ledger(s) {', '.join(map(str, remote))}."
+        )
+        expect(now).to_have_text("after 2 h, 2 kept local · 2 ledger(s) offloaded")
+
+        page.get_by_role("link", name="Messages").click()
+        form = page.locator("#browse-form")
+        rows = page.locator("#browse tbody tr")
+        form.get_by_label("Page size").select_option("10")
+        form.get_by_label("Start").select_option("newest")
+        form.get_by_role("button", name="Read").click()
+        expect(rows).to_have_count(10)
+        expect(rows.first).to_have_attribute("data-position", sent[4])
+        expect(rows.last).to_have_attribute("data-position", sent[13])
+        page.get_by_role("button", name="← Back").click()  # before a seek: from the ledgers
+        expect(rows.first).to_have_attribute("data-position", sent[0])
+        expect(rows.first).to_contain_text('"order": 0')  # read from the object store
