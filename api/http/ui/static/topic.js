@@ -212,7 +212,7 @@
       ` · last confirmed ${page.last_confirmed || "-"}`;
     backButton.disabled = !view.history.length && !(start.from && start.from !== "earliest") &&
       !start.timestamp;
-    nextButton.disabled = false;
+    nextButton.disabled = !page.entries.length; // nothing more yet (Read again later)
   }
 
   async function loadPage(start) {
@@ -261,6 +261,7 @@
     await show(page, start, `Key “${key}”: ${found.length} found in ${scanned} entries scanned` +
       ` from ${start.from || "earliest"} ${where} · `);
     backButton.disabled = !view.history.length;
+    nextButton.disabled = atEnd;
   }
 
   const loadStart = (start) => (form.elements.mode.value === "key" ? scanKey(start) : loadPage(start));
