@@ -138,7 +138,7 @@
   const backButton = document.getElementById("browse-back");
   const nextButton = document.getElementById("browse-next");
   // start: {from} or {timestamp}; history: the starts of the pages before this one
-  const view = { start: null, next: null, history: [], page: null, states: new Map(), started: false };
+  const view = { start: null, next: null, history: [], page: null, states: new Map(), started: false, turn: 0 };
 
   function showModeFields() {
     const mode = form.elements.mode.value;
@@ -199,11 +199,12 @@
     empty.hidden = rows.length !== 0;
   }
 
-  async function show(page, start, note) {
-    view.page = page;
-    view.start = start;
-    view.next = page.next;
-    view.states = await txnStates(page);
+  // Show a page read for request `turn`; false (nothing shown) when a newer request was
+  // made meanwhile: a slower, older answer must not overwrite a newer page.
+  async function show(page, start, note, turn) {
+    const states = await txnStates(page);
+    if (turn !== view.turn) return false;
+    Object.assign(view, { page, start, next: page.next, states });
     render();
     const range = page.entries.length
       ? `${page.entries[0].position} … ${page.entries[page.entries.length - 1].position}`
@@ -213,16 +214,17 @@
     backButton.disabled = !view.history.length && !(start.from && start.from !== "earliest") &&
       !start.timestamp;
     nextButton.disabled = !page.entries.length; // nothing more yet (Read again later)
+    return true;
   }
 
-  async function loadPage(start) {
+  async function loadPage(start, turn) {
     const size = Number(form.elements.size.value);
-    await show(await api("GET", fetchUrl(start, size)), start, "");
+    await show(await api("GET", fetchUrl(start, size)), start, "", turn);
   }
 
   // A key search reads up to KEY_SCAN_LIMIT entries from `start` in chunks, keeping the
   // data entries with that key (a page at most); the next step starts after the last one.
-  async function scanKey(start) {
+  async function scanKey(start, turn) {
     const key = form.elements.key.value;
     const size = Number(form.elements.size.value);
     const found = [];
@@ -258,13 +260,17 @@
       last_confirmed: last ? last.last_confirmed : null,
     };
     const where = atEnd ? "to the end" : `up to ${from}`;
-    await show(page, start, `Key “${key}”: ${found.length} found in ${scanned} entries scanned` +
-      ` from ${start.from || "earliest"} ${where} · `);
+    const note = `Key “${key}”: ${found.length} found in ${scanned} entries scanned` +
+      ` from ${start.from || "earliest"} ${where} · `;
+    if (!(await show(page, start, note, turn))) return;
     backButton.disabled = !view.history.length;
     nextButton.disabled = atEnd;
   }
 
-  const loadStart = (start) => (form.elements.mode.value === "key" ? scanKey(start) : loadPage(start));
+  function loadStart(start) {
+    const turn = ++view.turn;
+    return form.elements.mode.value === "key" ? scanKey(start, turn) : loadPage(start, turn);
+  }
 
   async function firstStart() {
     const mode = form.elements.mode.value;
