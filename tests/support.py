@@ -70,19 +70,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(data: Path, auth_file: Path | None = None) -> Iterator[str]:
+def running_server(data: Path, auth_file: Path | None = None, **options: Any) -> Iterator[str]:
     """A ``txnstream serve`` server over ``data`` on a free loopback port; yields its URL.
 
     Made by ``api.cli.make_server`` (the lifespan of ``serve``) and run in a background
     thread with its own event loop; stopped (and the engine closed) on exit. With
-    ``auth_file``, it requires tokens (``serve --auth``).
+    ``auth_file``, it requires tokens (``serve --auth``); ``options`` go to ``make_server``
+    (``offload_url``, ``ledger_max_entries``, ...).
     """
     from txnstream.api.cli import make_server
     from txnstream.api.cli._serve import access_policy
 
     port = free_port()
     access = access_policy("127.0.0.1", auth_file=auth_file)
-    server = make_server(data, "127.0.0.1", port, log_level="warning", access=access)
+    server = make_server(data, "127.0.0.1", port, log_level="warning", access=access, **options)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
     wait_for(lambda: server.started or not thread.is_alive(), 30, "the live server to start")

@@ -11,6 +11,15 @@ the routes are plain routes under the same middleware as the API. The force-abor
 button calls the API itself (``POST /v1/transactions/{txn}/abort``), so it is allowed
 exactly when the API allows it.
 
+A topic's page adds tabs that ``topic.js`` builds from the API alone, with the same
+token: the message browser reads ``GET /v1/topics/{topic}/fetch`` (raw entries and the
+aborted list; ``timestamp`` for a start by publish time; ``/ledgers`` to page back past
+the start; ``GET /v1/transactions/{txn}`` for the state of a transaction above the
+stable position), publishing posts to ``.../messages``, a subscription is reset with
+``.../seek`` and deleted with ``DELETE``, and the settings tab reads the stats and puts
+``.../retention`` and ``.../offload`` (and posts ``.../offload/run``). Everything it shows
+goes into the page as text (``textContent``), never as markup.
+
 Every asset is package data under ``api/http/ui`` (templates and ``static``); nothing
 comes from a CDN. The console only reads through ``from api import ...``.
 """
@@ -44,6 +53,8 @@ TAIL_WINDOW = 64
 """Entries read below the stable position to find them (markers and aborted data skip)."""
 VALUE_PREVIEW = 300
 """Characters of a message value shown in the tail."""
+KEY_SCAN_LIMIT = 10_000
+"""Entries the message browser's key search reads per step (it scans in the browser)."""
 
 _STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 _HEADERS = {
@@ -167,8 +178,16 @@ async def topics_page_slash(request: Request) -> Response:
 
 @router.get("/ui/topics/{topic}")
 async def topic_page(topic: TopicName, request: Request) -> Response:
-    """One topic: positions, what holds the stable position, subscriptions, tail."""
-    return _page(request, "topic.html", f"/ui/fragments/topics/{topic}", page="topic", topic=topic)
+    """One topic: an overview (positions, what holds the stable position, subscriptions
+    with reset and delete, tail), a message browser, publishing, and its settings."""
+    return _page(
+        request,
+        "topic.html",
+        f"/ui/fragments/topics/{topic}",
+        page="topic",
+        topic=topic,
+        key_scan_limit=KEY_SCAN_LIMIT,
+    )
 
 
 @router.get("/ui/transactions")

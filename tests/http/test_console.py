@@ -36,6 +36,15 @@ async def test_pages_are_shells_with_a_strict_policy(http: httpx.AsyncClient, pa
     assert "<script>" not in r.text  # no inline script (the policy forbids it)
 
 
+async def test_a_topics_page_has_its_tabs_and_their_script(http: httpx.AsyncClient) -> None:
+    r = await http.get("/ui/topics/orders")
+    for tab in ("overview", "messages", "publish", "settings"):
+        assert f'data-panel="{tab}"' in r.text
+    assert '<script src="/ui/static/topic.js" defer>' in r.text
+    assert 'data-topic="orders" data-key-scan-limit="10000"' in r.text
+    assert "Key search scans at most 10\u202f000 entries" in r.text
+
+
 async def test_ui_with_a_slash_is_the_overview(http: httpx.AsyncClient) -> None:
     r = await http.get("/ui/")
     assert r.status_code == 307
@@ -47,6 +56,7 @@ async def test_the_assets_come_from_the_package_and_nothing_from_elsewhere(
 ) -> None:
     for name, kind in [
         ("console.js", "text/javascript"),
+        ("topic.js", "text/javascript"),
         ("console.css", "text/css"),
         ("favicon.svg", "image/svg+xml"),
     ]:

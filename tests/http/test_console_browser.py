@@ -255,3 +255,345 @@ def test_with_auth_the_docs_and_metrics_links_work(page: Any, tmp_path: Path) ->
         expect(page.locator(".swagger-ui .info .title")).to_contain_text("txnstream")
         expect(page.get_by_role("button", name="Authorize")).to_be_visible()
         shot(page, "docs-auth")
+
+
+# ----------------------------------------------------- a topic's browser, publish, settings
+
+
+def fetch_all(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
+    r = http.get(f"/v1/topics/{topic}/fetch", params={"isolation": "read_uncommitted"})
+    assert r.status_code == 200, r.text
+    entries: list[dict[str, Any]] = r.json()["entries"]
+    return entries
+
+
+def next_second(http: httpx.Client) -> int:
+    """Wait (bounded) until the wall clock enters a new second; return it in ms: whatever is
+    published from now on is at or after it, everything before it earlier."""
+    import time
+
+    boundary = (int(time.time()) + 1) * 1000
+    deadline = time.monotonic() + 3
+    while time.time() * 1000 < boundary:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return boundary
+
+
+def set_local_time(page: Any, selector: str, ms: int) -> None:
+    """Fill a datetime-local input with ``ms`` as the browser's local time."""
+    page.locator(selector).evaluate(
+        """(input, ms) => {
+             const d = new Date(ms), p = (n) => String(n).padStart(2, "0");
+             input.value = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
+               `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+           }""",
+        ms,
+    )
+
+
+def test_the_message_browser_pages_seeks_finds_keys_and_marks_transactions(
+    page: Any, tmp_path: Path
+) -> None:
+    """Issue 31 item 13: browse by position, time and key, page forward and back, see data
+    of an aborted and of a still-open transaction marked, toggle markers, bytes as hex."""
+    from playwright.sync_api import expect
+
+    with running_server(tmp_path / "data") as url, httpx.Client(base_url=url, timeout=10) as http:
+        assert http.put("/v1/topics/orders").status_code == 201
+        early = [produce(http, "orders", {"order": i}) for i in range(3)]
+        lost_txn = begin(http, "job-lost")
+        lost = produce(http, "orders", {"order": "lost"}, txn=lost_txn)
+        assert http.post(f"/v1/transactions/{lost_txn}/abort").status_code == 200
+        r = http.post(
+            "/v1/topics/orders/messages",
+            json={
+                "messages": [
+                    {"value": {"order": 100 + i}, "key": f"cust-{i}", "properties": {"n": str(i)}}
+                    for i in range(20)
+                ]
+            },
+        )
+        assert r.status_code == 200, r.text
+        keyed = r.json()["positions"]
+        boundary = next_second(http)
+        raw = http.post(
+            "/v1/topics/orders/messages", json={"messages": [{"value_b64": "AAEC/w=="}]}
+        )
+        later = raw.json()["positions"][0]
+        open_txn = begin(http, "job-open")
+        pending = produce(http, "orders", {"order": "pending"}, txn=open_txn)
+        entries = fetch_all(http, "orders")
+        positions = [e["position"] for e in entries]
+        marker = next(e["position"] for e in entries if e["kind"] == "abort")
+
+        page.goto(f"{url}/ui/topics/orders")
+        page.get_by_role("link", name="Messages").click()
+        expect(page).to_have_url(f"{url}/ui/topics/orders#messages")
+        rows = page.locator("#browse tbody tr")
+        form = page.locator("#browse-form")
+        expect(rows.first).to_have_attribute("data-position", early[0])  # earliest, at once
+        form.get_by_label("Page size").select_option("10")
+        page.get_by_role("button", name="Read").click()
+        expect(rows).to_have_count(9)  # 10 entries, the abort marker hidden
+        aborted = page.locator(f'#browse tr[data-position="{lost}"]')
+        expect(aborted).to_have_attribute("data-txn-state", "aborted")
+        expect(aborted).to_have_class(re.compile(r"\baborted\b"))
+        expect(aborted.locator(".badge")).to_have_text("aborted")
+        expect(page.locator(f'#browse tr[data-position="{marker}"]')).to_have_count(0)
+        form.get_by_label("Show commit/abort markers").check()
+        expect(rows).to_have_count(10)
+        expect(page.locator(f'#browse tr[data-position="{marker}"]')).to_have_attribute(
+            "data-kind", "abort"
+        )
+        first_keyed = page.locator(f'#browse tr[data-position="{keyed[0]}"]')
+        expect(first_keyed).to_contain_text('"order": 100')  # pretty JSON
+        expect(first_keyed).to_contain_text("n=0")
+        expect(first_keyed).to_contain_text("cust-0")
+        shot(page, "messages")
+
+        # Forward and back: raw entries, ten at a time.
+        page.get_by_role("button", name="Next →").click()
+        expect(rows.first).to_have_attribute("data-position", positions[10])
+        page.get_by_role("button", name="Next →").click()
+        expect(rows.first).to_have_attribute("data-position", positions[20])
+        page.get_by_role("button", name="← Back").click()
+        expect(rows.first).to_have_attribute("data-position", positions[10])
+        page.get_by_role("button", name="← Back").click()
+        expect(rows.first).to_have_attribute("data-position", early[0])
+
+        # The newest page: the open transaction's data, marked open; Back from a seek.
+        form.get_by_label("Start").select_option("newest")
+        page.get_by_role("button", name="Read").click()
+        expect(rows.last).to_have_attribute("data-position", pending)
+        expect(rows.last).to_have_attribute("data-txn-state", "open")
+        expect(rows.last.locator(".badge")).to_have_text("open")
+        expect(rows.first).to_have_attribute("data-position", positions[-10])
+        page.get_by_role("button", name="← Back").click()
+        expect(rows.first).to_have_attribute("data-position", positions[-20])
+
+        # By publish time: the first entry published at or after the boundary.
+        form.get_by_label("Start").select_option("time")
+        set_local_time(page, '#browse-form input[name="time"]', boundary)
+        page.get_by_role("button", name="Read").click()
+        expect(rows.first).to_have_attribute("data-position", later)
+        expect(rows.first.locator("pre")).to_contain_text("bytes (base64)")
+        form.get_by_label("Value as").select_option("hex")
+        expect(rows.first.locator("pre")).to_have_text("00 01 02 ff")
+        form.get_by_label("Value as").select_option("base64")
+        expect(rows.first.locator("pre")).to_have_text("AAEC/w==")
+
+        # By key: a bounded scan, said so on the page.
+        form.get_by_label("Start").select_option("key")
+        expect(page.get_by_text("Key search scans at most 10 000 entries")).to_be_visible()
+        form.get_by_label("Key", exact=True).fill("cust-17")
+        page.get_by_role("button", name="Read").click()
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_have_attribute("data-position", keyed[17])
+        expect(page.locator("#browse-summary")).to_contain_text("1 found in")
+        form.get_by_label("Key", exact=True).fill("nobody")
+        page.get_by_role("button", name="Read").click()
+        expect(page.locator("#browse-empty")).to_be_visible()
+        expect(page.locator("#browse-summary")).to_contain_text("0 found in")
+
+
+def test_publish_reset_and_delete_a_subscription_and_change_retention(
+    page: Any, tmp_path: Path
+) -> None:
+    """Issue 31 item 13: publish from the console and see it arrive; reset a subscription
+    (earliest, a position, a time) and delete it, confirmed; view and edit retention."""
+    from playwright.sync_api import expect
+
+    with running_server(tmp_path / "data") as url, httpx.Client(base_url=url, timeout=10) as http:
+        assert http.put("/v1/topics/orders").status_code == 201
+        assert http.put("/v1/topics/orders/subscriptions/billing").status_code == 201
+        sent = [produce(http, "orders", {"order": i}) for i in range(3)]
+        got = http.get("/v1/topics/orders/subscriptions/billing/messages?max=10").json()
+        assert len(got["messages"]) == 3
+        ack = {"positions": [sent[-1]], "cumulative": True}
+        assert http.post("/v1/topics/orders/subscriptions/billing/ack", json=ack).status_code == 200
+
+        page.goto(f"{url}/ui/topics/orders#publish")
+        form = page.locator("#publish-form")
+        form.get_by_label("Key").fill("cust-9")
+        form.get_by_label("Value", exact=True).fill('{"order": 99, "note": "<b>x</b>"}')
+        form.get_by_label("Properties").fill("src=console\ntrace = 7")
+        form.get_by_role("button", name="Publish").click()
+        expect(page.locator("#notice")).to_contain_text("Published to orders at")
+        published = fetch_all(http, "orders")[-1]
+        assert published["value"] == {"order": 99, "note": "<b>x</b>"}
+        assert published["key"] == "cust-9"
+        assert published["properties"] == {"src": "console", "trace": "7"}
+        expect(page.locator("#notice")).to_contain_text(published["position"])
+        shot(page, "publish")
+        page.locator("#published-show").click()
+        row = page.locator(f'#browse tr[data-position="{published["position"]}"]')
+        expect(row).to_contain_text("src=console")
+        expect(row).to_contain_text('"note": "<b>x</b>"')  # as text, not markup
+        assert page.locator("#browse b").count() == 0
+
+        # Text values; a value that is not JSON is refused before anything is sent.
+        page.get_by_role("link", name="Publish").click()
+        form.get_by_label("Value", exact=True).fill("not json")
+        form.get_by_role("button", name="Publish").click()
+        expect(page.locator("#notice")).to_contain_text("the value is not JSON")
+        assert len(fetch_all(http, "orders")) == 4
+        form.get_by_label("text").check()
+        form.get_by_role("button", name="Publish").click()
+        expect(page.locator("#notice")).to_contain_text("Published to orders at")
+        assert fetch_all(http, "orders")[-1]["value"] == "not json"
+
+        # Reset: to earliest, to a position, to a time; each confirmed in a dialog.
+        page.get_by_role("link", name="Overview").click()
+        billing = page.locator('tr[data-subscription="billing"]')
+        expect(billing.locator('[data-field="backlog"]')).to_have_text("2")
+        billing.get_by_role("button", name="Reset billing").click()
+        dialog = page.locator("#reset-dialog")
+        expect(dialog).to_be_visible()
+        shot(page, "reset-dialog")
+        dialog.get_by_role("button", name="Reset").click()
+        expect(page.locator("#notice")).to_contain_text("Subscription billing reset to earliest")
+        expect(dialog).to_be_hidden()
+        expect(billing.locator('[data-field="backlog"]')).to_have_text("5")
+        billing.get_by_role("button", name="Reset billing").click()
+        dialog.get_by_label("Start at").select_option("position")
+        dialog.get_by_label("Position", exact=True).fill(sent[2])
+        dialog.get_by_role("button", name="Reset").click()
+        expect(billing.locator('[data-field="backlog"]')).to_have_text("3")
+        boundary = next_second(http)
+        produce(http, "orders", {"order": "after"})
+        billing.get_by_role("button", name="Reset billing").click()
+        dialog.get_by_label("Start at").select_option("time")
+        set_local_time(page, '#reset-form input[name="time"]', boundary)
+        dialog.get_by_role("button", name="Reset").click()
+        expect(billing.locator('[data-field="backlog"]')).to_have_text("1")
+        billing.get_by_role("button", name="Reset billing").click()
+        dialog.get_by_label("Start at").select_option("position")
+        dialog.get_by_label("Position", exact=True).fill("nope")
+        dialog.get_by_role("button", name="Reset").click()  # the browser refuses it
+        expect(dialog.locator('input[name="position"]:invalid')).to_have_count(1)
+        expect(dialog).to_be_visible()
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_be_hidden()
+        expect(billing.locator('[data-field="backlog"]')).to_have_text("1")
+
+        # Delete, after a confirmation.
+        asked: list[str] = []
+        page.on("dialog", lambda d: asked.append(d.message))  # the fixture accepts it
+        billing.get_by_role("button", name="Delete billing").click()
+        expect(page.locator("#notice")).to_contain_text("Subscription billing deleted")
+        expect(billing).to_have_count(0)
+        assert "billing" not in http.get("/v1/topics/orders/stats").json()["subscriptions"]
+        assert asked == [
+            "Delete subscription billing of orders? Its cursor and acknowledgements are gone."
+        ]
+
+        # Settings: retention shown, changed, cleared; offload needs an object store.
+        page.get_by_role("link", name="Settings").click()
+        expect(page.locator("#retention-now")).to_have_text("keep all")
+        retention = page.locator("#retention-form")
+        retention.get_by_label("Older than").fill("7")
+        retention.get_by_label("Beyond").fill("10")
+        retention.get_by_role("button", name="Save retention").click()
+        expect(page.locator("#notice")).to_contain_text("Retention of orders saved")
+        expect(page.locator("#retention-now")).to_have_text("older than 7 d · beyond 10 GiB")
+        got_retention = http.get("/v1/topics/orders/stats").json()["retention"]
+        assert got_retention["time_ms"] == 7 * 86_400_000
+        assert got_retention["size_bytes"] == 10 * 2**30
+        shot(page, "settings")
+        retention.get_by_label("Beyond").fill("")
+        retention.get_by_role("button", name="Save retention").click()
+        expect(page.locator("#retention-now")).to_have_text("older than 7 d")
+        assert http.get("/v1/topics/orders/stats").json()["retention"]["size_bytes"] is None
+        page.locator("#offload-form").get_by_role("button", name="Save offload policy").click()
+        expect(page.locator("#notice")).to_contain_text("Offload: ")
+        expect(page.locator("#notice")).to_contain_text("(conflict)")
+
+
+def test_the_topic_tabs_use_the_api_with_the_token_and_its_rules(page: Any, tmp_path: Path) -> None:
+    """Behind ``--auth`` the browser and publish call the API with the tab's token, so
+    the API's grants apply: alice may read and publish on a-* but not publish to ro."""
+    from playwright.sync_api import expect
+
+    auth_file = write_auth_file(tmp_path / "principals.json")
+    ops = {"Authorization": f"Bearer {AUTH_TOKENS['ops']}"}
+    with (
+        running_server(tmp_path / "data", auth_file=auth_file) as url,
+        httpx.Client(base_url=url, timeout=10, headers=ops) as http,
+    ):
+        assert http.put("/v1/topics/a-orders").status_code == 201
+        assert http.put("/v1/topics/ro").status_code == 201
+        first = produce(http, "a-orders", {"order": 1})
+        page.goto(f"{url}/ui/topics/a-orders#messages")
+        expect(page.locator("#notice")).to_contain_text("unauthorized")
+        page.locator("#token").fill(AUTH_TOKENS["alice"])
+        page.get_by_role("button", name="Use").click()
+        page.get_by_role("button", name="Read").click()
+        expect(page.locator("#notice")).to_contain_text(
+            "principal 'alice' may not read_uncommitted on topic 'a-orders' (forbidden)"
+        )
+        page.get_by_label("Isolation").select_option("read_committed")
+        page.get_by_role("button", name="Read").click()
+        expect(page.locator(f'#browse tr[data-position="{first}"]')).to_be_visible()
+        page.get_by_role("link", name="Publish").click()
+        page.locator("#publish-form").get_by_label("Value", exact=True).fill("2")
+        page.locator("#publish-form").get_by_role("button", name="Publish").click()
+        expect(page.locator("#notice")).to_contain_text("Published to a-orders at")
+        assert [e["value"] for e in fetch_all(http, "a-orders")] == [{"order": 1}, 2]
+
+        page.goto(f"{url}/ui/topics/ro#publish")
+        page.locator("#publish-form").get_by_label("Value", exact=True).fill("3")
+        page.locator("#publish-form").get_by_role("button", name="Publish").click()
+        expect(page.locator("#notice")).to_contain_text("(forbidden)")
+        assert fetch_all(http, "ro") == []
+
+
+def test_offload_settings_run_now_and_paging_back_across_ledgers(page: Any, tmp_path: Path) -> None:
+    """The settings tab shows and edits the offload policy and offloads now; the browser
+    pages back across ledgers (offloaded ones read like local ones)."""
+    from playwright.sync_api import expect
+
+    objects = (tmp_path / "objects").as_uri()
+    with (
+        running_server(tmp_path / "data", offload_url=objects, ledger_max_entries=4) as url,
+        httpx.Client(base_url=url, timeout=10) as http,
+    ):
+        assert http.put("/v1/topics/orders").status_code == 201
+        sent = [produce(http, "orders", {"order": i}) for i in range(14)]
+        assert len({p.split(":")[0] for p in sent}) == 4  # four ledgers of at most 4
+
+        page.goto(f"{url}/ui/topics/orders#settings")
+        now = page.locator("#offload-now")
+        expect(now).to_have_text("no policy · 0 ledger(s) offloaded")
+        offload = page.locator("#offload-form")
+        offload.get_by_label("Offload a ledger").fill("2")
+        offload.get_by_label("Ledgers kept local").fill("2")
+        offload.get_by_role("button", name="Save offload policy").click()
+        expect(now).to_have_text("after 2 h, 2 kept local · 0 ledger(s) offloaded")
+        policy = http.get("/v1/topics/orders/stats").json()["offload"]
+        assert policy == {"after_ms": 7_200_000, "min_local_ledgers": 2}
+        offload.get_by_role("button", name="Offload now").click()
+        expect(page.locator("#notice")).to_contain_text("Offloaded ledger(s) ")
+        remote = [
+            ledger["ledger"]
+            for ledger in http.get("/v1/topics/orders/ledgers").json()["ledgers"]
+            if ledger["location"] == "remote"
+        ]
+        assert len(remote) == 2
+        expect(page.locator("#notice")).to_have_text(
+            f"Offloaded ledger(s) {', '.join(map(str, remote))}."
+        )
+        expect(now).to_have_text("after 2 h, 2 kept local · 2 ledger(s) offloaded")
+
+        page.get_by_role("link", name="Messages").click()
+        form = page.locator("#browse-form")
+        rows = page.locator("#browse tbody tr")
+        form.get_by_label("Page size").select_option("10")
+        form.get_by_label("Start").select_option("newest")
+        form.get_by_role("button", name="Read").click()
+        expect(rows).to_have_count(10)
+        expect(rows.first).to_have_attribute("data-position", sent[4])
+        expect(rows.last).to_have_attribute("data-position", sent[13])
+        page.get_by_role("button", name="← Back").click()  # before a seek: from the ledgers
+        expect(rows.first).to_have_attribute("data-position", sent[0])
+        expect(rows.first).to_contain_text('"order": 0')  # read from the object store

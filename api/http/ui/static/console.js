@@ -1,6 +1,7 @@
 // txnstream console: refreshes the page's live region by short polling, sends the
 // operator's token (if any) with every request, and aborts transactions through the
-// API. No dependencies, no build step.
+// API (topic.js adds a topic's browser, publishing and settings). No dependencies, no
+// build step.
 "use strict";
 (() => {
   const TOKEN_KEY = "txnstream.console.token";
@@ -47,7 +48,7 @@
   }
 
   async function refresh() {
-    if (!live || inFlight) return;
+    if (!live || inFlight || live.closest("[hidden]")) return; // another tab is shown
     inFlight = true;
     try {
       const response = await fetch(liveUrl(), { headers: headers(), cache: "no-store" });
@@ -72,6 +73,27 @@
       inFlight = false;
     }
   }
+
+  // One API call with the page's token: the parsed JSON body, or an Error saying what
+  // the server refused (the API's error message and code).
+  async function api(method, path, body) {
+    const init = { method, headers: headers(), cache: "no-store" };
+    if (body !== undefined) {
+      init.headers = { ...init.headers, "Content-Type": "application/json" };
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(`${root}${path}`, init);
+    } catch (_) {
+      throw new Error("the server is unreachable");
+    }
+    if (!response.ok) throw new Error(await errorText(response));
+    return response.json();
+  }
+
+  // For the topic page's script (topic.js): the same token, notices and refresh.
+  window.txnstreamConsole = { api, showNotice, refresh };
 
   function schedule() {
     clearTimeout(timer);
