@@ -44,7 +44,15 @@ from ._position import Position
 
 if typing.TYPE_CHECKING:
     from ._batch import WriteBatch
-    from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
+    from ._catalog import (
+        Catalog,
+        PartitionedRow,
+        ProducerRow,
+        StoreIdentity,
+        TopicRow,
+        partition_name,
+        validate_name,
+    )
     from ._codec import (
         PACK_ERRORS,
         Body,
@@ -78,6 +86,8 @@ _LAZY: dict[str, str] = {
     "Catalog": "._catalog",
     "StoreIdentity": "._catalog",
     "ProducerRow": "._catalog",
+    "PartitionedRow": "._catalog",
+    "partition_name": "._catalog",
     "TopicRow": "._catalog",
     "validate_name": "._catalog",
     "PACK_ERRORS": "._codec",
@@ -156,6 +166,7 @@ __all__ = [
     "OffloadedObject",
     "OutgoingMessage",
     "PACK_ERRORS",
+    "PartitionedRow",
     "Position",
     "ProducerRow",
     "RemoteStorageError",
@@ -192,6 +203,7 @@ __all__ = [
     "normalize_url",
     "now_ms",
     "pack",
+    "partition_name",
     "plain_payload_layout",
     "sidecar_url",
     "split_value",

@@ -75,6 +75,8 @@ DOCUMENTED_API = [
     "OffloadPrefixClaimedError",
     "OutgoingMessage",
     "PERMISSIONS",
+    "PartitionMessage",
+    "PartitionPosition",
     "Position",
     "Principal",
     "ProduceResult",
@@ -99,6 +101,7 @@ DOCUMENTED_API = [
     "TxnStreamHttpError",
     "TxnStreamSourceError",
     "TxnStreamTransportError",
+    "partition_for_key",
     "replay_check",
     "validate_name",
 ]
