@@ -46,10 +46,11 @@ class FetchApi(BrokerBase):
             for part in topic.partitions:
                 error, offset, timestamp = ErrorCode.NONE, -1, -1
                 try:
-                    offsets = self._offsets(topic.name)
+                    target = self._partition(topic.name, part.partition_index)
+                    offsets = self._offsets(topic.name if target is None else target)
                     if not may("consume", topic.name):
                         error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    elif part.partition_index != 0:
+                    elif target is None:
                         error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     elif part.timestamp == _EARLIEST:
                         offset = offsets.log_start
@@ -58,7 +59,7 @@ class FetchApi(BrokerBase):
                     elif part.timestamp >= 0:
                         end = offsets.last_stable if committed else offsets.high_watermark
                         offset, timestamp = await self._offset_at_time(
-                            topic.name, part.timestamp, offsets.log_start, end
+                            target, part.timestamp, offsets.log_start, end
                         )
                     else:
                         error = ErrorCode.INVALID_REQUEST  # (max timestamp, -3, is not served)
@@ -172,8 +173,10 @@ class FetchApi(BrokerBase):
         try:
             if not may("consume", topic):
                 raise _PartitionError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            if partition != 0:
+            target = self._partition(topic, partition)
+            if target is None:
                 raise _PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            topic = target  # (a partitioned topic's partition i: its topic, from here on)
             offsets = self._offsets(topic)
             limit = offsets.last_stable if committed else offsets.high_watermark
             if offset < offsets.log_start or offset > offsets.high_watermark:
