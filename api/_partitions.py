@@ -28,7 +28,13 @@ from typing import Self, cast
 from kafka.partitioner.default import murmur2
 
 from txnstream.dispatcher import Message
-from txnstream.ledger import InvalidArgumentError, Position, TxnId, partition_name
+from txnstream.ledger import (
+    InvalidArgumentError,
+    Position,
+    TxnId,
+    encode_value,
+    partition_name,
+)
 
 from ._consume import Consuming
 from ._core import PositionsArg, PrincipalArg
@@ -237,6 +243,7 @@ class PartitionedConsuming(Consuming):
             # after a partition was looked at sets its event, so the wait below sees it.
             events = [self.watch_topic(part) for part in parts]
             out: list[Message] = []
+            budget = max_bytes
             # start at a rotating partition: a busy one cannot starve the others
             for step in range(len(parts)):
                 index = (first + step) % len(parts)
@@ -247,12 +254,17 @@ class PartitionedConsuming(Consuming):
                     max=max - len(out),
                     timeout=0.0,
                     expires=expires,
-                    max_bytes=max_bytes,
+                    max_bytes=budget,
                     principal=principal,
                 )
                 out.extend(PartitionMessage.of(m, index, parts[index]) for m in got)
-                if len(out) >= max or (got and max_bytes is not None):
-                    break  # (with max_bytes, one partition's answer: it holds the limit)
+                if budget is not None and got:
+                    # what the next partition may still hand out: the limit less these
+                    # values' packed bytes (each partition gives at least one message
+                    # when it has any, so the limit can be passed by its last message)
+                    budget -= sum(len(encode_value(m.value)) for m in got)
+                if len(out) >= max or (budget is not None and budget <= 0):
+                    break
             self._receive_from[topic] = (first + 1) % len(parts)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
