@@ -27,7 +27,7 @@ from typing import Self, cast
 
 from kafka.partitioner.default import murmur2
 
-from txnstream.dispatcher import Message
+from txnstream.dispatcher import Isolation, Message
 from txnstream.ledger import (
     InvalidArgumentError,
     Position,
@@ -36,7 +36,7 @@ from txnstream.ledger import (
     partition_name,
 )
 
-from ._consume import Consuming
+from ._consume import Consuming, check_uncommitted
 from ._core import PositionsArg, PrincipalArg
 
 MAX_PARTITIONS = 1024
@@ -191,15 +191,12 @@ class PartitionedConsuming(Consuming):
                 isolation=isolation,
                 principal=principal,
             )
+        if isolation == "read_uncommitted":  # the rights are the parent's (its name)
+            check_uncommitted(principal, topic, name)
         created = False
         for part in parts:
             created |= await super().create_subscription(
-                part,
-                name,
-                type=type,
-                initial_position=initial_position,
-                isolation=isolation,
-                principal=principal,
+                part, name, type=type, initial_position=initial_position, isolation=isolation
             )
         return created
 
@@ -236,6 +233,10 @@ class PartitionedConsuming(Consuming):
             )
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
+        if principal is not None:  # the rights are the parent's (its name)
+            sub = self._subscription(parts[0], subscription)
+            if sub.isolation is not Isolation.READ_COMMITTED:
+                check_uncommitted(principal, topic, subscription)
         deadline = time.monotonic() + timeout
         first = self._receive_from.get(topic, 0)
         while True:
@@ -255,7 +256,6 @@ class PartitionedConsuming(Consuming):
                     timeout=0.0,
                     expires=expires,
                     max_bytes=budget,
-                    principal=principal,
                 )
                 out.extend(PartitionMessage.of(m, index, parts[index]) for m in got)
                 if budget is not None and got:

@@ -121,7 +121,7 @@ class FetchApi(BrokerBase):
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
         while True:
             # the change events first: an append after the reads below still wakes us
-            events = [self._watch(name) for name, *_ in wanted]
+            events = [self._watch(name, partition) for name, partition, *_ in wanted]
             answers, size = await self._fetch_all(wanted, committed, request.max_bytes)
             remaining = deadline - time.monotonic()
             if size >= max(request.min_bytes, 1) or remaining <= 0 or self._drain.is_set():
@@ -143,9 +143,12 @@ class FetchApi(BrokerBase):
             ],
         )
 
-    def _watch(self, topic: str) -> asyncio.Event | None:
+    def _watch(self, topic: str, partition: int) -> asyncio.Event | None:
+        target = self._partition(topic, partition)
+        if target is None:
+            return None
         try:
-            return self.engine.watch(topic)
+            return self.engine.watch(target)
         except EngineError:
             return None
 

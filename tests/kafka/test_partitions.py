@@ -14,7 +14,7 @@ import pytest
 from kafka_clients import TIMEOUT
 from kafka_support import Kafka
 
-from txnstream.api import OutgoingMessage
+from txnstream.api import OutgoingMessage, partition_for_key
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -150,3 +150,35 @@ async def test_a_transaction_across_partitions(kafka: Kafka) -> None:
         await sub.ack([m.position for m in messages])
     assert sorted(values) == sorted(k.encode() for k in KEYS[:12])  # none aborted
     assert await sub.receive(timeout=0.3) == []
+
+
+async def test_a_fetch_long_polls_a_partition_and_wakes_for_it(kafka: Kafka) -> None:
+    from kafka.protocol.consumer import FetchResponse
+    from kafka_support import KafkaWire, fetch_request
+
+    await kafka.engine.create_topic("waits", partitions=2)
+    wire = await KafkaWire.open(kafka.listener.port)
+    try:
+        started = time.monotonic()
+        answer = await wire.call(
+            fetch_request("waits", 0, committed=True, max_wait_ms=600), FetchResponse, 11
+        )
+        assert time.monotonic() - started >= 0.5  # it waited: partition 0 is watched
+        [topic] = answer.responses
+        assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(0, 0)]
+        # a record for partition 0 ends the wait early
+        home = next(k for k in KEYS if partition_for_key(k, 2) == 0)
+        call = asyncio.ensure_future(
+            wire.call(
+                fetch_request("waits", 0, committed=True, max_wait_ms=4000), FetchResponse, 11
+            )
+        )
+        await asyncio.sleep(0.3)  # (the fetch is waiting; a later produce still wakes it)
+        started = time.monotonic()
+        await kafka.engine.produce("waits", [OutgoingMessage("v", key=home)])
+        answer = await asyncio.wait_for(call, 5)
+        assert time.monotonic() - started < 3
+        [topic] = answer.responses
+        assert topic.partitions[0].records
+    finally:
+        await wire.close()
