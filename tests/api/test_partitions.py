@@ -5,11 +5,13 @@ and deletion."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from txnstream.api import (
+    DB_FILE,
     ConflictError,
     Engine,
     InvalidArgumentError,
@@ -170,3 +172,21 @@ async def test_the_partition_count_survives_a_restart_and_delete_takes_all(
         with pytest.raises(TopicNotFoundError):
             await engine.stats("clicks-partition-0")
         assert await engine.create_topic("clicks", partitions=2) is True  # free again
+
+
+async def test_a_version_5_data_directory_migrates(tmp_path: Path) -> None:
+    async with Engine.open(tmp_path) as engine:
+        await engine.create_topic("old")
+        await engine.send("old", 1)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:  # as the previous txnstream left it
+        db.execute("DROP TABLE partitioned_topics")
+        db.execute("PRAGMA user_version = 5")
+    db.close()
+    async with Engine.open(tmp_path) as engine:
+        assert await engine.list_topics() == ["old"]
+        assert await engine.create_topic("new", partitions=2) is True
+    async with Engine.open(tmp_path) as engine:
+        assert await engine.partitioned_topics() == {"new": 2}
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (6,)
+    db.close()
