@@ -327,21 +327,9 @@ class Producing(EngineCore):
         """:meth:`_append` to a partitioned topic: each message to the partition
         :meth:`_route` picks, all in one batch (atomic across partitions); returns the
         positions, the batch's future and each position's partition topic."""
-        if values:
-            check_values(messages)
-        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
-            raise InvalidArgumentError("messages must be a non-empty list")
-        limit = self.config.max_message_bytes
-        encode = _value_payloads if values else _payloads
-        if len(messages) >= LARGE_BATCH:
-            payloads = await asyncio.to_thread(encode, messages, limit)
-        else:
-            payloads = encode(messages, limit)
+        payloads = await self._encoded(topic_name, messages, values)
         keys = [None] * len(messages) if values else [m.key for m in messages]
         store = self.store
-        store.check_space()
-        if store.over_limit or store.failure is not None:
-            await store.wait_writable()
         # Nothing below awaits: positions are assigned and submitted in one step.
         if topic_name not in self._partitioned:
             self._topic(topic_name)  # deleted meanwhile: raises the right error
@@ -367,6 +355,29 @@ class Producing(EngineCore):
         done = store.submit(batch, wait=wait)
         return positions, done, [topics[part].name for part in parts]
 
+    async def _encoded(
+        self, topic_name: str, messages: Sequence[OutgoingMessage] | Sequence[Any], values: bool
+    ) -> list[bytes]:
+        """Validate and encode ``messages`` (bare values if ``values``) into payloads,
+        then wait while the store holds writes back."""
+        if values:
+            check_values(messages)
+        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
+            raise InvalidArgumentError("messages must be a non-empty list")
+        limit = self.config.max_message_bytes
+        encode = _value_payloads if values else _payloads
+        if len(messages) >= LARGE_BATCH:
+            if topic_name not in self._partitioned:
+                self._topic(topic_name)  # an unknown topic fails before the work
+            payloads = await asyncio.to_thread(encode, messages, limit)
+        else:
+            payloads = encode(messages, limit)
+        store = self.store
+        store.check_space()
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+        return payloads
+
     async def _append(
         self,
         topic_name: str,
@@ -380,21 +391,8 @@ class Producing(EngineCore):
     ) -> ProduceResult | tuple[list[Position], asyncio.Future[None] | None]:
         """Validate and encode ``messages`` (bare values if ``values``), then prepare
         and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
-        if values:
-            check_values(messages)
-        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
-            raise InvalidArgumentError("messages must be a non-empty list")
-        limit = self.config.max_message_bytes
-        encode = _value_payloads if values else _payloads
-        if len(messages) >= LARGE_BATCH:
-            self._topic(topic_name)  # an unknown topic fails before the work
-            payloads = await asyncio.to_thread(encode, messages, limit)
-        else:
-            payloads = encode(messages, limit)
+        payloads = await self._encoded(topic_name, messages, values)
         store = self.store
-        store.check_space()
-        if store.over_limit or store.failure is not None:
-            await store.wait_writable()
         # Nothing below awaits: positions are assigned and submitted in one step.
         topic = self._topic(topic_name)
         if producer is not None and sequence is not None:
