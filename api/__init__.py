@@ -56,6 +56,7 @@ if typing.TYPE_CHECKING:
     from ._grants import OPERATIONS, PERMISSIONS, Grant
     from ._handles import SubscriptionHandle, Transaction
     from ._offsets import TopicOffsets
+    from ._partitions import PartitionMessage, PartitionPosition, partition_for_key
     from ._replay_check import TopicReplay, replay_check
     from ._stats import RecoverySummary, TopicStats
 
@@ -85,6 +86,9 @@ _LAZY: dict[str, str] = {
     "PERMISSIONS": "._grants",
     "Grant": "._grants",
     "TopicOffsets": "._offsets",
+    "PartitionMessage": "._partitions",
+    "PartitionPosition": "._partitions",
+    "partition_for_key": "._partitions",
     "SubscriptionHandle": "._handles",
     "Transaction": "._handles",
     "TopicReplay": "._replay_check",
@@ -130,6 +134,8 @@ __all__ = [
     "OffloadPrefixClaimedError",
     "OutgoingMessage",
     "PERMISSIONS",
+    "PartitionMessage",
+    "PartitionPosition",
     "Position",
     "Principal",
     "ProduceResult",
@@ -154,6 +160,7 @@ __all__ = [
     "TxnStreamHttpError",
     "TxnStreamSourceError",
     "TxnStreamTransportError",
+    "partition_for_key",
     "replay_check",
     "validate_name",
 ]

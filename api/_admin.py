@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from txnstream.dispatcher import SubscriptionRegistry
 from txnstream.ledger import (
     Catalog,
+    ConflictError,
     InvalidArgumentError,
     ManagedLedger,
     NotFoundError,
+    PartitionedRow,
     WriteBatch,
     now_ms,
+    partition_name,
     validate_name,
 )
 from txnstream.snapshots import (
@@ -25,9 +29,24 @@ from txnstream.snapshots import (
 from txnstream.txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
-from ._core import EngineCore
+from ._core import EngineCore, EngineState
 from ._maintenance import retention_cut
-from ._stats import BlockingTxn, TopicStats, topic_stats
+from ._offsets import topic_offsets
+from ._partitions import MAX_PARTITIONS
+from ._stats import BlockingTxn, TopicStats, iso_ms, topic_stats
+
+_PARTITION_RE = re.compile(r"^(.+)-partition-(\d{1,9})$")
+_SUMMED = (
+    "open_txns",
+    "aborted_txns",
+    "ledgers",
+    "entries",
+    "bytes",
+    "offloaded_ledgers",
+    "offloaded_bytes",
+)
+"""Counts a partitioned topic's stats sum over its partitions."""
+_SUMMED_PER_SUBSCRIPTION = ("backlog", "unacked", "redeliveries")
 
 log = logging.getLogger("txnstream.engine")
 
@@ -35,60 +54,135 @@ log = logging.getLogger("txnstream.engine")
 class TopicAdmin(EngineCore):
     """The engine's topic administration (a part of :class:`~txnstream.api.Engine`)."""
 
-    async def create_topic(self, name: str) -> bool:
-        """Create ``name`` if it does not exist; True if it was created (idempotent)."""
+    async def create_topic(self, name: str, *, partitions: int | None = None) -> bool:
+        """Create ``name`` if it does not exist; True if it was created (idempotent).
+
+        With ``partitions=N`` (1..1024) a partitioned topic: N topics named
+        ``{name}-partition-{i}``, created with it in one step (see
+        :mod:`txnstream.api._partitions`). :class:`ConflictError` if ``name`` exists with
+        another partition count, or partitioned vs not.
+        """
         self._check_open()
         validate_name(name)
+        if partitions is not None and (
+            isinstance(partitions, bool)
+            or not isinstance(partitions, int)
+            or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidArgumentError(f"partitions must be an integer in 1..{MAX_PARTITIONS}")
+        names = (
+            [name] if partitions is None else [partition_name(name, i) for i in range(partitions)]
+        )
+        for part in names:
+            validate_name(part)  # (a partition's name is longer than its topic's)
         async with self._admin_lock:
             self._check_open()
+            existing = self._partitioned.get(name)
+            if existing is not None:
+                if existing.partitions == partitions:
+                    return False
+                raise ConflictError(f"topic {name!r} exists with {existing.partitions} partitions")
             if name in self._topics:
-                return False
+                if partitions is None:
+                    return False
+                raise ConflictError(f"topic {name!r} exists and is not partitioned")
+            taken = [part for part in names if part in self._topics]
+            if taken:
+                raise ConflictError(f"topic {taken[0]!r} exists")
             store = self.store
             store.check_space()
-            topic_id = await Catalog(store).next_topic_id()
+            first_id = await Catalog(store).next_topic_id()
             created = now_ms()
             batch = WriteBatch()
-            Catalog.prepare_create_topic(batch, topic_id, name, created)
-            ledger = ManagedLedger.create(
-                store,
-                batch,
-                topic_id,
-                max_entries=self.config.ledger_max_entries,
-                max_bytes=self.config.ledger_max_bytes,
-                remote=self._remote,
-            )
+            if partitions is not None:
+                Catalog.prepare_create_partitioned(batch, name, partitions, created)
+            made = [
+                self._prepare_topic(batch, first_id + i, part, created)
+                for i, part in enumerate(names)
+            ]
             await store.write(batch)
-            self._topics[name] = Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
-            self._snapshots[topic_id] = SnapshotState()
+            for topic in made:
+                self._topics[topic.name] = topic
+                self._snapshots[topic.topic_id] = SnapshotState()
+            if partitions is not None:
+                self._partitioned[name] = PartitionedRow(name, partitions, created)
             return True
 
+    def _prepare_topic(self, batch: WriteBatch, topic_id: int, name: str, created: int) -> Topic:
+        """Prepare a topic's row and first ledger; the topic, to register once written."""
+        Catalog.prepare_create_topic(batch, topic_id, name, created)
+        ledger = ManagedLedger.create(
+            self.store,
+            batch,
+            topic_id,
+            max_entries=self.config.ledger_max_entries,
+            max_bytes=self.config.ledger_max_bytes,
+            remote=self._remote,
+        )
+        return Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
+
     async def list_topics(self) -> list[str]:
-        """Names of every topic, sorted."""
+        """Names of every topic, sorted (the partitions of partitioned topics included;
+        the partitioned topics themselves are :meth:`partitioned_topics`)."""
         self._check_open()
         return sorted(self._topics)
 
+    async def partitioned_topics(self) -> dict[str, int]:
+        """Every partitioned topic with its partition count, by name."""
+        self._check_open()
+        return {name: row.partitions for name, row in sorted(self._partitioned.items())}
+
+    def parent_of(self, name: str) -> tuple[str, int] | None:
+        """``(partitioned topic, index)`` if topic ``name`` is one of its partitions."""
+        match = _PARTITION_RE.match(name)
+        if match is None:
+            return None
+        parent, index = match.group(1), int(match.group(2))
+        row = self._partitioned.get(parent)
+        if row is None or index >= row.partitions or partition_name(parent, index) != name:
+            return None
+        return parent, index
+
     async def delete_topic(self, name: str) -> None:
         """Delete a topic with its data, subscriptions, buffer state and snapshots
-        (its offloaded objects too)."""
+        (its offloaded objects too); a partitioned topic with all its partitions."""
         async with self._admin_lock, self._tier_lock:
-            topic = self._topic(name)
-            urls = [info.url for info in topic.ledger.offloaded if info.url is not None]
+            self._check_open()
+            row = self._partitioned.get(name)
+            if row is None:
+                parent = self.parent_of(name)
+                if parent is not None:
+                    raise ConflictError(
+                        f"topic {name!r} is a partition of {parent[0]!r}: delete that topic"
+                    )
+                topics = [self._topic(name)]
+            else:
+                topics = [self._topic(partition_name(name, i)) for i in range(row.partitions)]
+            urls = []
             batch = WriteBatch()
-            Catalog.prepare_delete_topic(batch, topic.topic_id)
-            prepare_delete_topic(batch, topic.topic_id)
-            SubscriptionRegistry.prepare_delete_topic(batch, topic.topic_id)
-            self.coordinator.forget(batch, name)
+            if row is not None:
+                Catalog.prepare_delete_partitioned(batch, name)
+            for topic in topics:
+                urls.append([i.url for i in topic.ledger.offloaded if i.url is not None])
+                Catalog.prepare_delete_topic(batch, topic.topic_id)
+                prepare_delete_topic(batch, topic.topic_id)
+                SubscriptionRegistry.prepare_delete_topic(batch, topic.topic_id)
+                self.coordinator.forget(batch, topic.name)
             await self.store.write(batch)
-            topic.deleted = True
-            del self._topics[name]
-            self._snapshots.pop(topic.topic_id, None)
-            self._retention.pop(name, None)
-            self._offload.pop(name, None)
-            self.subscriptions.remove_topic(name)
-            topic.notify()
+            self._partitioned.pop(name, None)
+            self._next_partition.pop(name, None)
+            for topic in topics:
+                topic.deleted = True
+                del self._topics[topic.name]
+                self._snapshots.pop(topic.topic_id, None)
+                self._retention.pop(topic.name, None)
+                self._offload.pop(topic.name, None)
+                self.subscriptions.remove_topic(topic.name)
+                topic.notify()
             # after the commit: a failure here only leaves orphans (logged), never data
             # that a ledger row still points to
-            await self._delete_objects(urls, name)
+            for topic, topic_urls in zip(topics, urls, strict=True):
+                await self._delete_objects(topic_urls, topic.name)
 
     async def topic_stats(self, name: str) -> TopicStats:
         """``name``'s statistics as a typed value."""
@@ -110,11 +204,47 @@ class TopicAdmin(EngineCore):
             min(started) if started else None,
             blocking,
             self._offload.get(name),
+            topic_offsets(topic),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:
-        """The HTTP stats body of a topic, as a dict."""
-        return (await self.topic_stats(name)).as_dict()
+        """The HTTP stats body of a topic, as a dict. A partitioned topic's lists its
+        partitions' bodies under ``partitions`` (with the sums of their counts)."""
+        row = self._partitioned.get(name) if self.state is EngineState.OPEN else None
+        if row is None:
+            body = (await self.topic_stats(name)).as_dict()
+            parent = self.parent_of(name)
+            if parent is not None:
+                body["partition_of"] = {"topic": parent[0], "index": parent[1]}
+            return body
+        parts = [
+            (await self.topic_stats(partition_name(name, i))).as_dict()
+            for i in range(row.partitions)
+        ]
+        subscriptions: dict[str, dict[str, Any]] = {}
+        for part in parts:
+            for sub_name, sub in part["subscriptions"].items():
+                zero = dict.fromkeys(_SUMMED_PER_SUBSCRIPTION, 0)
+                merged = subscriptions.setdefault(
+                    sub_name, {**sub, **zero, "mark_delete": None, "consumers": []}
+                )
+                merged["consumers"] = sorted({*merged["consumers"], *sub["consumers"]})
+                for key in _SUMMED_PER_SUBSCRIPTION:
+                    merged[key] += sub.get(key, 0)
+        return {
+            "topic": name,
+            "partitioned": True,
+            "partition_count": row.partitions,
+            "created_at": iso_ms(row.created_ms),
+            "last_confirmed": None,  # each partition has its own positions and offsets
+            "stable_position": None,
+            "offsets": None,
+            **{key: sum(p[key] for p in parts) for key in _SUMMED},
+            "snapshot": None,
+            "blocking_txn": None,
+            "subscriptions": subscriptions,
+            "partitions": parts,
+        }
 
     async def set_retention(
         self,

@@ -45,7 +45,7 @@ class Consuming(EngineCore):
         """
         validate_name(name, "subscription")
         if isolation == "read_uncommitted":
-            _check_uncommitted(principal, topic, name)
+            check_uncommitted(principal, topic, name)
         async with self._admin_lock:
             return await self.subscriptions.create(
                 self._topic(topic),
@@ -89,7 +89,7 @@ class Consuming(EngineCore):
         validate_name(consumer, "consumer")  # it is shown in stats, logs and the console
         sub = self._subscription(topic, subscription)
         if principal is not None and sub.isolation is not Isolation.READ_COMMITTED:
-            _check_uncommitted(principal, topic, subscription)
+            check_uncommitted(principal, topic, subscription)
         sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
         started = time.perf_counter()
         messages = await sub.receive(consumer, max, timeout, max_bytes)
@@ -199,7 +199,7 @@ class Consuming(EngineCore):
         """
         _check_max_bytes(max_bytes)
         if isolation == "read_uncommitted":
-            _check_uncommitted(principal, topic)
+            check_uncommitted(principal, topic)
         owner = self._topic(topic)
         if isinstance(start, datetime):
             found = await position_at(owner, start)
@@ -210,9 +210,7 @@ class Consuming(EngineCore):
         return await fetch(owner, start, max=max, isolation=isolation, max_bytes=max_bytes)
 
 
-def _check_uncommitted(
-    principal: PrincipalArg, topic: str, subscription: str | None = None
-) -> None:
+def check_uncommitted(principal: PrincipalArg, topic: str, subscription: str | None = None) -> None:
     """Reading open transactions' data needs ``read_uncommitted`` (no principal: anyone)."""
     p = as_principal(principal)
     if p is not None:

@@ -25,6 +25,7 @@ from txnstream.ledger import (
     ForbiddenError,
     InvalidArgumentError,
     OffloadStore,
+    PartitionedRow,
     Position,
     PostgresUrl,
     StorageMetrics,
@@ -140,6 +141,9 @@ class ProduceResult:
 
     positions: list[Position]
     duplicate: bool
+    topics: list[str] | None = None
+    """Produced to a partitioned topic: the partition topic of each position, in order
+    (None for any other topic)."""
 
 
 def parse_positions(positions: PositionsArg) -> list[Position]:
@@ -177,6 +181,12 @@ class EngineCore:
         self._coordinator: Coordinator | None = None
         self._subscriptions: SubscriptionRegistry | None = None
         self._topics: dict[str, Topic] = {}
+        self._partitioned: dict[str, PartitionedRow] = {}
+        """Partitioned topics by name (their partitions are in ``_topics``)."""
+        self._next_partition: dict[str, int] = {}
+        """Per partitioned topic: the round-robin partition of the next keyless message."""
+        self._receive_from: dict[str, int] = {}
+        """Per partitioned topic: the partition the next merged receive starts at."""
         self._snapshots: dict[int, SnapshotState] = {}
         self._retention: dict[str, RetentionPolicy] = {}
         self._offload: dict[str, OffloadPolicy] = {}
@@ -255,6 +265,11 @@ class EngineCore:
         topic = self._topics.get(name)
         if topic is None:
             validate_name(name)
+            if name in self._partitioned:
+                raise InvalidArgumentError(
+                    f"topic {name!r} is partitioned: this call takes one of its partitions"
+                    f" ({name}-partition-0 ...)"
+                )
             raise TopicNotFoundError(f"topic {name!r} not found")
         return topic
 

@@ -44,7 +44,6 @@ from txnstream.txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
 from . import _gc as gc_policy
 from ._admin import TopicAdmin
 from ._config import EngineConfig
-from ._consume import Consuming
 from ._core import (
     EngineState,
     Health,
@@ -57,6 +56,7 @@ from ._handles import SubscriptionHandle, Transaction, TransactionScope
 from ._maintenance import prepare_low_watermark_aborts
 from ._offload import Offloading
 from ._offsets import Offsets
+from ._partitions import PartitionedConsuming
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
 from ._stats import summarize_recovery
@@ -66,7 +66,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
+class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -137,6 +137,7 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
             loaded = topics.result()
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
             self._retention, self._offload = loaded.retention, loaded.offload
+            self._partitioned = {row.name: row for row in await Catalog(store).partitioned()}
             await subscriptions.load({t.topic_id: t for t in self._topics.values()})
             await store.write(reconcile(self._topics, coordinator, subscriptions))
             self.recovery = summarize_recovery(
@@ -508,12 +509,14 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
         initial_position: str = "earliest",
         isolation: str = "read_committed",
     ) -> SubscriptionHandle:
-        """Create the subscription if needed and attach a new consumer to it."""
+        """Create the subscription if needed and attach a new consumer to it (on a
+        partitioned topic, to every partition's: it receives from them all)."""
         await self.create_subscription(
             topic, name, type=type, initial_position=initial_position, isolation=isolation
         )
         consumer = f"consumer-{next(self._consumer_ids)}"
-        self._subscription(topic, name).attach(consumer, expires=False)
+        for part in self.partitions_of(topic) or [topic]:
+            self._subscription(part, name).attach(consumer, expires=False)
         return SubscriptionHandle(self, topic, name, consumer)
 
 

@@ -10,23 +10,24 @@ the producer sequence check and a way to wait for a topic's next change.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from txnstream.ledger import InvalidArgumentError, Position, TxnId
+from txnstream.txn_buffer import Topic
 
 from ._consume import Consuming
+from ._stats import TopicOffsets
+
+__all__ = ["Offsets", "TopicOffsets", "topic_offsets"]
 
 
-@dataclass(frozen=True, slots=True)
-class TopicOffsets:
-    """A topic's offsets: where the retained log starts, the high watermark (past the
-    last durable entry) and the last stable offset (past the stable position: the first
-    offset read_committed cannot read yet). ``log_start <= last_stable <= high_watermark``.
-    """
-
-    log_start: int
-    high_watermark: int
-    last_stable: int
+def topic_offsets(topic: Topic) -> TopicOffsets:
+    """``topic``'s log start offset, high watermark and last stable offset."""
+    ledger, buffer = topic.ledger, topic.buffer
+    start = ledger.start_offset()
+    lac, stable = buffer.last_confirmed, buffer.max_read_position
+    high = start if lac is None else max(start, ledger.offset_of(_after(lac)))
+    last_stable = start if stable is None else max(start, ledger.offset_of(_after(stable)))
+    return TopicOffsets(start, high, min(last_stable, high))
 
 
 class Offsets(Consuming):
@@ -34,13 +35,7 @@ class Offsets(Consuming):
 
     def offsets(self, topic: str) -> TopicOffsets:
         """The topic's log start offset, high watermark and last stable offset."""
-        topic_ = self._topic(topic)
-        ledger, buffer = topic_.ledger, topic_.buffer
-        start = ledger.start_offset()
-        lac, stable = buffer.last_confirmed, buffer.max_read_position
-        high = start if lac is None else max(start, ledger.offset_of(_after(lac)))
-        last_stable = start if stable is None else max(start, ledger.offset_of(_after(stable)))
-        return TopicOffsets(start, high, min(last_stable, high))
+        return topic_offsets(self._topic(topic))
 
     def offset_of(self, topic: str, position: Position) -> int:
         """The offset of the entry at ``position`` in ``topic``."""

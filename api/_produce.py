@@ -26,6 +26,7 @@ from txnstream.ledger import (
     encode_value,
     encode_value_payloads,
     now_ms,
+    partition_name,
     value_packer,
 )
 from txnstream.txn_buffer import TopicLane, TxnRecord, TxnState, scoped_name
@@ -38,6 +39,7 @@ from ._core import (
     check_values,
     owner_name,
 )
+from ._partitions import partition_for_key
 
 LARGE_BATCH = 2_000
 """Batches of at least this many messages are validated and encoded in a worker thread
@@ -202,7 +204,8 @@ class Producing(EngineCore):
         sequence: int | None,
         principal: PrincipalArg,
     ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
-        self._topic(topic)
+        if topic not in self._partitioned or self.state is not EngineState.OPEN:
+            self._topic(topic)
         if (producer is None) != (sequence is None):
             raise InvalidArgumentError("producer and sequence go together")
         if producer is not None and (not isinstance(producer, str) or not 0 < len(producer) <= 200):
@@ -216,6 +219,17 @@ class Producing(EngineCore):
                 await self._check_owner(txn, principal)
             if producer is not None:
                 producer = scoped_name(owner_name(principal), producer)
+        if topic in self._partitioned:
+            if producer is not None:
+                raise InvalidArgumentError(
+                    "an idempotent producer's sequence numbers are per partition: produce"
+                    f" to one of {topic!r}'s partitions ({topic}-partition-<i>)"
+                )
+            positions, done, names = await self._append_partitioned(
+                topic, items, txn, wait=True, values=values
+            )
+            assert done is not None
+            return ProduceResult(positions, False, names), done
         result = await self._append(topic, items, txn, producer, sequence, wait=True, values=values)
         if isinstance(result, ProduceResult):
             return result, None
@@ -228,6 +242,8 @@ class Producing(EngineCore):
     ) -> list[Position]:
         """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
         them durable)."""
+        if topic in self._partitioned:
+            return (await self._append_partitioned(topic, messages, txn, wait=False))[0]
         result = await self._append(topic, messages, txn, None, None, wait=False)
         assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
         return result[0]
@@ -254,7 +270,10 @@ class Producing(EngineCore):
         # The position is assigned and queued in this one step.
         topic_ = self._topics.get(topic) if self.state is EngineState.OPEN else None
         if topic_ is None:
-            topic_ = self._topic(topic)  # raises the right error
+            if topic in self._partitioned and self.state is EngineState.OPEN:
+                encoded_key = encoded[0]  # to the partition its (checked) key picks
+                topic = partition_name(topic, self._route(topic, [encoded_key])[0])
+            topic_ = self._topic(topic)  # (else raises the right error)
         coordinator = self.coordinator
         try:
             record = coordinator.check_open(txn)
@@ -281,6 +300,84 @@ class Producing(EngineCore):
         lane = topic_.lane(batch, record.txn_id)
         return None if lane is None else TxnSendLane(self, topic, record, batch, lane)
 
+    def _route(self, topic: str, keys: Sequence[str | None]) -> list[int]:
+        """The partition of partitioned ``topic`` each message goes to: by its key with
+        Kafka's partitioner, round-robin without one."""
+        count = self._partitioned[topic].partitions
+        turn = self._next_partition.get(topic, 0)
+        out = []
+        for key in keys:
+            if key is None:
+                out.append(turn % count)
+                turn += 1
+            else:
+                out.append(partition_for_key(key, count))
+        self._next_partition[topic] = turn % count
+        return out
+
+    async def _append_partitioned(
+        self,
+        topic_name: str,
+        messages: Sequence[OutgoingMessage] | Sequence[Any],
+        txn: TxnId | str | None,
+        *,
+        wait: bool,
+        values: bool = False,
+    ) -> tuple[list[Position], asyncio.Future[None] | None, list[str]]:
+        """:meth:`_append` to a partitioned topic: each message to the partition
+        :meth:`_route` picks, all in one batch (atomic across partitions); returns the
+        positions, the batch's future and each position's partition topic."""
+        payloads = await self._encoded(topic_name, messages, values)
+        keys = [None] * len(messages) if values else [m.key for m in messages]
+        store = self.store
+        # Nothing below awaits: positions are assigned and submitted in one step.
+        if topic_name not in self._partitioned:
+            self._topic(topic_name)  # deleted meanwhile: raises the right error
+        parts = self._route(topic_name, keys)
+        groups: dict[int, list[int]] = {}
+        for index, part in enumerate(parts):
+            groups.setdefault(part, []).append(index)
+        topics = {i: self._topic(partition_name(topic_name, i)) for i in groups}
+        record = None if txn is None else self._check_txn(txn)
+        store.check_writable()
+        batch = store.batch
+        positions: list[Position] = [Position(0, 0)] * len(payloads)
+        for part, members in groups.items():
+            topic = topics[part]
+            txn_id = None
+            if record is not None:
+                self.coordinator.register_topic(batch, record, topic.name)
+                txn_id = record.txn_id
+            got = topic.prepare_payloads(batch, [payloads[i] for i in members], txn_id)
+            for index, position in zip(members, got, strict=True):
+                positions[index] = position
+            self.metrics.count_in(topic.name, len(members))
+        done = store.submit(batch, wait=wait)
+        return positions, done, [topics[part].name for part in parts]
+
+    async def _encoded(
+        self, topic_name: str, messages: Sequence[OutgoingMessage] | Sequence[Any], values: bool
+    ) -> list[bytes]:
+        """Validate and encode ``messages`` (bare values if ``values``) into payloads,
+        then wait while the store holds writes back."""
+        if values:
+            check_values(messages)
+        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
+            raise InvalidArgumentError("messages must be a non-empty list")
+        limit = self.config.max_message_bytes
+        encode = _value_payloads if values else _payloads
+        if len(messages) >= LARGE_BATCH:
+            if topic_name not in self._partitioned:
+                self._topic(topic_name)  # an unknown topic fails before the work
+            payloads = await asyncio.to_thread(encode, messages, limit)
+        else:
+            payloads = encode(messages, limit)
+        store = self.store
+        store.check_space()
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+        return payloads
+
     async def _append(
         self,
         topic_name: str,
@@ -294,21 +391,8 @@ class Producing(EngineCore):
     ) -> ProduceResult | tuple[list[Position], asyncio.Future[None] | None]:
         """Validate and encode ``messages`` (bare values if ``values``), then prepare
         and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
-        if values:
-            check_values(messages)
-        if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
-            raise InvalidArgumentError("messages must be a non-empty list")
-        limit = self.config.max_message_bytes
-        encode = _value_payloads if values else _payloads
-        if len(messages) >= LARGE_BATCH:
-            self._topic(topic_name)  # an unknown topic fails before the work
-            payloads = await asyncio.to_thread(encode, messages, limit)
-        else:
-            payloads = encode(messages, limit)
+        payloads = await self._encoded(topic_name, messages, values)
         store = self.store
-        store.check_space()
-        if store.over_limit or store.failure is not None:
-            await store.wait_writable()
         # Nothing below awaits: positions are assigned and submitted in one step.
         topic = self._topic(topic_name)
         if producer is not None and sequence is not None:
@@ -367,6 +451,9 @@ class Producing(EngineCore):
                 raise InvalidArgumentError(f"item {index} is not a (topic, value) pair")
             name, value = item
             message = value if isinstance(value, OutgoingMessage) else OutgoingMessage(value)
+            if name in self._partitioned:  # to the partition its key picks
+                key = message.key if isinstance(message.key, str) else None
+                name = partition_name(name, self._route(name, [key])[0])
             groups.setdefault(name, []).append((index, message))
         for name in groups:
             self._topic(name)  # every topic exists before anything is encoded

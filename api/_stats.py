@@ -130,6 +130,30 @@ class RecoverySummary:
         }
 
 
+iso_ms = _iso
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffsets:
+    """A topic's Kafka offsets: where the retained log starts, the high watermark (past
+    the last durable entry) and the last stable offset (past the stable position: the
+    first offset read_committed cannot read yet). ``log_start <= last_stable <=
+    high_watermark``.
+    """
+
+    log_start: int
+    high_watermark: int
+    last_stable: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The JSON shape: ``{"log_start", "high_watermark", "last_stable"}``."""
+        return {
+            "log_start": self.log_start,
+            "high_watermark": self.high_watermark,
+            "last_stable": self.last_stable,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class TopicStats:
     """A topic's positions, transaction-buffer counts, storage and subscriptions."""
@@ -156,6 +180,8 @@ class TopicStats:
     retention: RetentionPolicy | None
     subscriptions: dict[str, SubscriptionStats]
     offload: OffloadPolicy | None = None
+    offsets: TopicOffsets | None = None
+    """The topic's Kafka offsets (beside the ``L:E`` positions)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The HTTP stats body (HTTP_API.md), extra fields included."""
@@ -164,6 +190,7 @@ class TopicStats:
             "topic": self.topic,
             "last_confirmed": _str(self.last_confirmed),
             "stable_position": _str(self.stable_position),
+            "offsets": None if self.offsets is None else self.offsets.as_dict(),
             "open_txns": self.open_txns,
             "aborted_txns": self.aborted_txns,
             "ledgers": self.ledgers,
@@ -205,6 +232,7 @@ async def topic_stats(
     oldest_open_txn_started_ms: int | None,
     blocking_txn: BlockingTxn | None = None,
     offload: OffloadPolicy | None = None,
+    offsets: TopicOffsets | None = None,
 ) -> TopicStats:
     """Read ``topic``'s statistics (one backlog query per subscription)."""
     buffer = topic.buffer
@@ -248,6 +276,7 @@ async def topic_stats(
         retention=retention,
         subscriptions=subs,
         offload=offload,
+        offsets=offsets,
     )
 
 

@@ -46,7 +46,15 @@ from ._position import Position
 
 if typing.TYPE_CHECKING:
     from ._batch import WriteBatch
-    from ._catalog import Catalog, ProducerRow, StoreIdentity, TopicRow, validate_name
+    from ._catalog import (
+        Catalog,
+        PartitionedRow,
+        ProducerRow,
+        StoreIdentity,
+        TopicRow,
+        partition_name,
+        validate_name,
+    )
     from ._codec import (
         PACK_ERRORS,
         Body,
@@ -82,6 +90,8 @@ _LAZY: dict[str, str] = {
     "Catalog": "._catalog",
     "StoreIdentity": "._catalog",
     "ProducerRow": "._catalog",
+    "PartitionedRow": "._catalog",
+    "partition_name": "._catalog",
     "TopicRow": "._catalog",
     "validate_name": "._catalog",
     "PACK_ERRORS": "._codec",
@@ -164,6 +174,7 @@ __all__ = [
     "OffloadedObject",
     "OutgoingMessage",
     "PACK_ERRORS",
+    "PartitionedRow",
     "PgStore",
     "Position",
     "PostgresUrl",
@@ -202,6 +213,7 @@ __all__ = [
     "normalize_url",
     "now_ms",
     "pack",
+    "partition_name",
     "plain_payload_layout",
     "sidecar_url",
     "split_value",

@@ -41,6 +41,10 @@ TOPIC_CREATE = "topic.create"
 NEXT_TOPIC_ID = "topic.next_id"
 TOPIC_RETENTION = "topic.retention"
 TOPIC_OFFLOAD = "topic.offload"
+PARTITIONED_CREATE = "partitioned.create"
+"""``(name, partitions, created_ms)``: a partitioned topic (its partitions are topics)"""
+PARTITIONED_DROP = "partitioned.drop"
+"""``(name,)``"""
 PRODUCER = "producer.put"
 TOPIC_DROP_ENTRIES = "topic.drop.entries"
 TOPIC_DROP_LEDGERS = "topic.drop.ledgers"
@@ -247,6 +251,15 @@ class WriteBatch:
     def put_offload_policy(self, topic_id: int, encoded: bytes | None) -> None:
         """Store a topic's encoded offload policy."""
         self.add(TOPIC_OFFLOAD, (encoded, topic_id))
+
+    def create_partitioned(self, name: str, partitions: int, created_ms: int) -> None:
+        """Record a partitioned topic: its name and partition count (its partitions are
+        topics of their own, created beside it)."""
+        self.add(PARTITIONED_CREATE, (name, partitions, created_ms))
+
+    def drop_partitioned(self, name: str) -> None:
+        """Forget a partitioned topic (its partitions are dropped as topics)."""
+        self.add(PARTITIONED_DROP, (name,))
 
     def drop_topic(self, topic_id: int) -> None:
         """Delete a topic's row and its log: entries, ledgers, aborted index, producers."""

@@ -71,6 +71,25 @@ class TopicRow:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionedRow:
+    """A partitioned topic as stored: its name, partition count and creation time (its
+    partitions are topics of their own, named by :func:`partition_name`)."""
+
+    name: str
+    partitions: int
+    created_ms: int
+
+
+def partition_name(topic: str, index: int) -> str:
+    """The name of partition ``index`` of partitioned topic ``topic``.
+
+    >>> partition_name("orders", 2)
+    'orders-partition-2'
+    """
+    return f"{topic}-partition-{index}"
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerRow:
     """An idempotent producer's last stored batch on a topic."""
 
@@ -90,6 +109,23 @@ class Catalog:
         """Every topic, by id."""
         rows = await self._store.topic_rows()
         return [TopicRow(int(t), str(n), int(c), r, o) for t, n, c, r, o in rows]
+
+    async def partitioned(self) -> list[PartitionedRow]:
+        """Every partitioned topic, by name."""
+        rows = await self._store.partitioned_rows()
+        return [PartitionedRow(str(n), int(p), int(c)) for n, p, c in rows]
+
+    @staticmethod
+    def prepare_create_partitioned(
+        batch: WriteBatch, name: str, partitions: int, created_ms: int
+    ) -> None:
+        """Record a partitioned topic (its partitions are created as topics beside it)."""
+        batch.create_partitioned(name, partitions, created_ms)
+
+    @staticmethod
+    def prepare_delete_partitioned(batch: WriteBatch, name: str) -> None:
+        """Forget a partitioned topic (its partitions are deleted as topics beside it)."""
+        batch.drop_partitioned(name)
 
     async def next_topic_id(self) -> int:
         """An id never used by any topic, deleted ones included."""

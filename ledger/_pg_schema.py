@@ -50,6 +50,14 @@ CREATE TABLE meta (
     value TEXT NOT NULL
 );
 
+-- partitioned topics: a name and a partition count; the partitions are ordinary topics
+-- named {name}-partition-{i}
+CREATE TABLE partitioned_topics (
+    name       TEXT PRIMARY KEY,
+    partitions INTEGER NOT NULL,
+    created_ms BIGINT NOT NULL
+);
+
 CREATE TABLE topics (
     topic_id   BIGINT PRIMARY KEY,
     name       TEXT NOT NULL UNIQUE,

@@ -94,6 +94,9 @@ WRITES: dict[str, str] = {
     op.TOPIC_DROP_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = %s",
     op.TOPIC_DROP_PRODUCERS: "DELETE FROM producers WHERE topic_id = %s",
     op.TOPIC_DROP: "DELETE FROM topics WHERE topic_id = %s",
+    op.PARTITIONED_CREATE: "INSERT INTO partitioned_topics (name, partitions, created_ms)"
+    " VALUES (%s, %s, %s)",
+    op.PARTITIONED_DROP: "DELETE FROM partitioned_topics WHERE name = %s",
     # subscriptions
     op.SUBSCRIPTION_CREATE: "INSERT INTO subscriptions (topic_id, name, type, isolation,"
     " cursor, created_ms) VALUES (%s, %s, %s, %s, %s, %s)",
@@ -171,6 +174,7 @@ LEDGER_ABORTED = (
 # -- reads: the catalog ------------------------------------------------------------------
 
 TOPICS = "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
+PARTITIONED = "SELECT name, partitions, created_ms FROM partitioned_topics ORDER BY name"
 NEXT_TOPIC_ID = (
     "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
     " (SELECT value FROM meta WHERE key = 'next_topic_id')"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -153,6 +153,15 @@ UPDATE ledgers SET base_offset = (
     SELECT coalesce(sum(coalesce(earlier.entries, 0)), 0) FROM ledgers AS earlier
     WHERE earlier.topic_id = ledgers.topic_id AND earlier.ledger_id < ledgers.ledger_id
 );
+""",
+    # partitioned topics: a name and a partition count; the partitions are ordinary
+    # topics named {name}-partition-{i}
+    6: """
+CREATE TABLE IF NOT EXISTS partitioned_topics (
+    name       TEXT PRIMARY KEY,
+    partitions INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
 """,
 }
 

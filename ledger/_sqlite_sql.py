@@ -40,6 +40,9 @@ WRITES: dict[str, str] = {
     op.NEXT_TOPIC_ID: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)",
     op.TOPIC_RETENTION: "UPDATE topics SET retention = ? WHERE topic_id = ?",
     op.TOPIC_OFFLOAD: "UPDATE topics SET offload = ? WHERE topic_id = ?",
+    op.PARTITIONED_CREATE: "INSERT INTO partitioned_topics (name, partitions, created_ms)"
+    " VALUES (?, ?, ?)",
+    op.PARTITIONED_DROP: "DELETE FROM partitioned_topics WHERE name = ?",
     op.PRODUCER: "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions)"
     " VALUES (?, ?, ?, ?)",
     op.TOPIC_DROP_ENTRIES: "DELETE FROM entries WHERE topic_id = ?",
@@ -127,6 +130,7 @@ NEXT_TOPIC_ID = (
     "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
     " (SELECT value FROM meta WHERE key = 'next_topic_id')"
 )
+PARTITIONED = "SELECT name, partitions, created_ms FROM partitioned_topics ORDER BY name"
 PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id = ?"
 
 # -- reads: subscriptions ----------------------------------------------------------------

@@ -321,6 +321,9 @@ class SqliteStore(Store):
     async def topic_rows(self) -> list[Row]:
         return await self.read(sql.TOPICS)
 
+    async def partitioned_rows(self) -> list[Row]:
+        return await self.read(sql.PARTITIONED)
+
     async def next_topic_id(self) -> int:
         highest, reserved = (await self.read(sql.NEXT_TOPIC_ID))[0]
         return max(int(highest) + 1, int(reserved or 0))

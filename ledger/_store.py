@@ -568,6 +568,10 @@ class Store(abc.ABC):
         """Every topic by id: ``(topic_id, name, created_ms, retention, offload)``."""
 
     @abc.abstractmethod
+    async def partitioned_rows(self) -> list[Row]:
+        """Every partitioned topic by name: ``(name, partitions, created_ms)``."""
+
+    @abc.abstractmethod
     async def next_topic_id(self) -> int:
         """An id never used by any topic, deleted ones included."""
 

@@ -76,6 +76,8 @@ DOCUMENTED_API = [
     "OffloadPrefixClaimedError",
     "OutgoingMessage",
     "PERMISSIONS",
+    "PartitionMessage",
+    "PartitionPosition",
     "Position",
     "Principal",
     "ProduceResult",
@@ -100,6 +102,7 @@ DOCUMENTED_API = [
     "TxnStreamHttpError",
     "TxnStreamSourceError",
     "TxnStreamTransportError",
+    "partition_for_key",
     "replay_check",
     "validate_name",
 ]

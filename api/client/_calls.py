@@ -154,8 +154,9 @@ def health() -> Call[Body]:
     return Call("GET", "/v1/health", _health)
 
 
-def create_topic(topic: str) -> Call[bool]:
-    return Call("PUT", _topic(topic), _created, json={})
+def create_topic(topic: str, partitions: int | None = None) -> Call[bool]:
+    body = {} if partitions is None else {"partitions": partitions}
+    return Call("PUT", _topic(topic), _created, json=body)
 
 
 def list_topics() -> Call[list[str]]:

@@ -116,9 +116,10 @@ class Client(_Settings):
         """``GET /v1/health``: the body, also when 503 (``status`` is then not ``ok``)."""
         return self._send(calls.health())
 
-    def create_topic(self, topic: str) -> bool:
-        """Create ``topic``; True if created, False if it existed."""
-        return self._send(calls.create_topic(topic))
+    def create_topic(self, topic: str, *, partitions: int | None = None) -> bool:
+        """Create ``topic`` (with ``partitions``, a partitioned topic); True if created,
+        False if it existed."""
+        return self._send(calls.create_topic(topic, partitions))
 
     def list_topics(self) -> list[str]:
         """The names of every topic."""
@@ -319,9 +320,10 @@ class AsyncClient(_Settings):
         """``GET /v1/health``: the body, also when 503 (``status`` is then not ``ok``)."""
         return await self._send(calls.health())
 
-    async def create_topic(self, topic: str) -> bool:
-        """Create ``topic``; True if created, False if it existed."""
-        return await self._send(calls.create_topic(topic))
+    async def create_topic(self, topic: str, *, partitions: int | None = None) -> bool:
+        """Create ``topic`` (with ``partitions``, a partitioned topic); True if created,
+        False if it existed."""
+        return await self._send(calls.create_topic(topic, partitions))
 
     async def list_topics(self) -> list[str]:
         """The names of every topic."""

@@ -19,7 +19,13 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
-from txnstream.api import InvalidArgumentError, OutgoingMessage, Position, TooLargeError
+from txnstream.api import (
+    InvalidArgumentError,
+    OutgoingMessage,
+    PartitionMessage,
+    Position,
+    TooLargeError,
+)
 
 from ._schemas import MessageIn
 
@@ -152,6 +158,8 @@ def message_json(msg: Any) -> dict[str, Any]:
     out["txn"] = None if msg.txn is None else str(msg.txn)
     out["publish_time"] = iso(msg.publish_time)
     out["redelivery_count"] = msg.redelivery_count
+    if isinstance(msg, PartitionMessage):  # from a subscription on a partitioned topic
+        out["topic"] = msg.topic
     return out
 
 

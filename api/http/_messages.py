@@ -18,6 +18,7 @@ description of the bodies (see ``_app.py``).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
@@ -85,7 +86,7 @@ async def produce(topic: TopicName, request: Request) -> Response:
             sequence=body.sequence,
             principal=principal,
         )
-    return await _answer(result.positions, result.duplicate)
+    return await _answer(result.positions, result.duplicate, result.topics)
 
 
 @router.post(
@@ -110,13 +111,18 @@ async def produce_batch(request: Request) -> Response:
     return await _answer(positions, None)
 
 
-async def _answer(positions: list[Position], duplicate: bool | None) -> Response:
-    """``{"positions": [...]}``, with ``"duplicate"`` for a produce; a long answer is
-    rendered in a worker thread."""
+async def _answer(
+    positions: list[Position], duplicate: bool | None, partitions: list[str] | None = None
+) -> Response:
+    """``{"positions": [...]}``, with ``"duplicate"`` for a produce (and ``"partitions"``
+    for one to a partitioned topic); a long answer is rendered in a worker thread."""
 
     def render() -> Response:
         # (a produce's positions strictly increase: one topic's, assigned in order)
-        body = b'{"positions":' + positions_json(positions, increasing=duplicate is not None)
+        increasing = duplicate is not None and partitions is None
+        body = b'{"positions":' + positions_json(positions, increasing=increasing)
+        if partitions is not None:
+            body += b',"partitions":' + json.dumps(partitions, separators=(",", ":")).encode()
         if duplicate is not None:
             body += b',"duplicate":true}' if duplicate else b',"duplicate":false}'
         else:

@@ -63,9 +63,12 @@ class HealthResponse(BaseModel):
 class TopicResponse(BaseModel):
     """``PUT /v1/topics/{topic}``."""
 
-    model_config = _examples({"topic": "orders"})
+    model_config = _examples({"topic": "orders"}, {"topic": "clicks", "partitions": 4})
 
     topic: str = Field(description="The topic's name.")
+    partitions: int | None = Field(
+        default=None, description="A partitioned topic's partition count (absent otherwise)."
+    )
 
 
 class RetentionResponse(BaseModel):
@@ -165,8 +168,29 @@ class BlockingTxnInfo(BaseModel):
     deadline: str | None = Field(description="When it times out (ISO 8601, UTC).")
 
 
+class OffsetsInfo(BaseModel):
+    """A topic's Kafka offsets (each entry takes one, markers included; see "Using Kafka
+    clients" in the README)."""
+
+    log_start: int = Field(description="The offset of the first retained entry.")
+    high_watermark: int = Field(description="One past the offset of the last durable entry.")
+    last_stable: int = Field(
+        description="One past the stable position's offset: the first offset a"
+        " read_committed reader cannot read yet."
+    )
+
+
+class PartitionOf(BaseModel):
+    """The partitioned topic a topic is a partition of."""
+
+    topic: str = Field(description="The partitioned topic.")
+    index: int = Field(description="This partition's index (from 0).")
+
+
 class StatsResponse(BaseModel):
-    """``GET /v1/topics/{topic}/stats``."""
+    """``GET /v1/topics/{topic}/stats``. A partitioned topic's lists its partitions'
+    bodies under ``partitions``; its counts are their sums, its subscriptions theirs
+    merged (backlogs summed), and its positions null (each partition has its own)."""
 
     model_config = _examples(
         {
@@ -222,6 +246,22 @@ class StatsResponse(BaseModel):
     offloaded_bytes: int = Field(0, description="Bytes of their objects.")
     retention: RetentionInfo | None = Field(
         default=None, description="What retention deletes (null: everything is kept)."
+    )
+    offsets: OffsetsInfo | None = Field(
+        default=None,
+        description="The Kafka offsets beside the `L:E` positions (null for a partitioned"
+        " topic: see each partition's).",
+    )
+    partition_of: PartitionOf | None = Field(
+        default=None, description="Set when the topic is a partition of a partitioned topic."
+    )
+    partitioned: bool = Field(default=False, description="True for a partitioned topic.")
+    partition_count: int | None = Field(
+        default=None, description="A partitioned topic's partition count."
+    )
+    partitions: list[StatsResponse] | None = Field(
+        default=None,
+        description="A partitioned topic's partitions' stats, by index (`{topic}-partition-{i}`).",
     )
 
 
@@ -300,11 +340,26 @@ class BatchResponse(BaseModel):
 class ProduceResponse(BaseModel):
     """``POST /v1/topics/{topic}/messages``."""
 
-    model_config = _examples({"positions": ["0:3", "0:4"], "duplicate": False})
+    model_config = _examples(
+        {"positions": ["0:3", "0:4"], "duplicate": False},
+        {
+            "positions": ["0:3", "0:7"],
+            "duplicate": False,
+            "partitions": ["clicks-partition-2", "clicks-partition-0"],
+        },
+    )
 
-    positions: list[str] = Field(description="Where each message went, in request order.")
+    positions: list[str] = Field(
+        description="Where each message went, in request order (on a partitioned topic,"
+        " each in the partition named beside it in `partitions`)."
+    )
     duplicate: bool = Field(
         description="True when an idempotent producer resent a stored batch (nothing new)."
+    )
+    partitions: list[str] | None = Field(
+        default=None,
+        description="Produced to a partitioned topic: the partition topic"
+        " (`{topic}-partition-{i}`) of each position, in order. Absent otherwise.",
     )
 
 
@@ -450,6 +505,12 @@ class MessageOut(BaseModel):
     txn: str | None = Field(description="The transaction it was produced in, or null.")
     publish_time: str = Field(description="ISO-8601, UTC.")
     redelivery_count: int = Field(description="How often it was delivered before (nack, expiry).")
+    topic: str | None = Field(
+        default=None,
+        description="From a subscription on a partitioned topic: the partition topic it"
+        " came from (its `position` is then `L:E:P`, P the partition index). Absent"
+        " otherwise.",
+    )
 
 
 class ReceiveResponse(BaseModel):

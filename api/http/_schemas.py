@@ -23,8 +23,12 @@ NAME_PATTERN = (
 
 Written without look-ahead so both pydantic's regex engine and schemathesis accept it.
 """
-POSITION_PATTERN = r"^(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17})$"
-SEEK_PATTERN = r"^(?:earliest|latest|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17}))$"
+# 'L:E', or 'L:E:P' (P a partition's index) on a partitioned topic's subscription
+POSITION_PATTERN = r"^(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17})(?::(?:0|[1-9][0-9]{0,8}))?$"
+SEEK_PATTERN = (
+    r"^(?:earliest|latest"
+    r"|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17})(?::(?:0|[1-9][0-9]{0,8}))?)$"
+)
 FETCH_FROM_PATTERN = r"^(?:earliest|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17}))$"
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
@@ -38,7 +42,12 @@ TxnState = Literal["open", "committing", "committed", "aborting", "aborted"]
 EntryKindName = Literal["data", "commit", "abort"]
 
 PositionStr = Annotated[
-    str, Field(pattern=POSITION_PATTERN, examples=["0:15"], description="A position 'L:E'.")
+    str,
+    Field(
+        pattern=POSITION_PATTERN,
+        examples=["0:15"],
+        description="A position 'L:E' ('L:E:P' on a partitioned topic, P the partition's index).",
+    ),
 ]
 ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Label = Annotated[StrictStr, Field(max_length=200)]
@@ -339,9 +348,21 @@ class RetentionRequest(_Request):
 
 class TopicRequest(RetentionRequest):
     """Optional body of ``PUT /v1/topics/{topic}``: the topic's retention, as
-    ``PUT .../retention`` takes it (applied whether or not the topic existed)."""
+    ``PUT .../retention`` takes it (applied whether or not the topic existed), and its
+    partition count for a partitioned topic."""
 
-    model_config = _examples({}, {"time_ms": 604800000}, strict=True)
+    model_config = _examples({}, {"time_ms": 604800000}, {"partitions": 4}, strict=True)
+
+    partitions: Annotated[
+        StrictInt | None,
+        Field(
+            ge=1,
+            le=1024,
+            description="Make a partitioned topic: this many topics named"
+            " `{topic}-partition-{i}` (i from 0), produced to by key (Kafka's murmur2"
+            " partitioner) or round-robin, subscribed to as one. Absent: a plain topic.",
+        ),
+    ] = None
 
     def retention(self) -> RetentionRequest | None:
         """The retention the body sets, if it names any."""

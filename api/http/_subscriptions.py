@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from txnstream.api import Engine, Position
+from txnstream.api import Engine
 
 from ._auth import principal_of
 from ._edge import Drain
@@ -121,7 +121,7 @@ async def receive(
 async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request) -> Response:
     """Acknowledge positions (cumulatively, or within a transaction)."""
     engine = engine_of(request)
-    positions = [Position.parse(p) for p in body.positions]
+    positions = list(body.positions)  # "L:E" ("L:E:P" on a partitioned topic): parsed there
     await engine.ack(
         topic,
         sub,
@@ -137,7 +137,7 @@ async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request
 async def nack(topic: TopicName, sub: SubName, body: NackRequest, request: Request) -> Response:
     """Ask for redelivery of positions (``redelivery_count`` + 1)."""
     engine = engine_of(request)
-    positions = [Position.parse(p) for p in body.positions]
+    positions = list(body.positions)  # "L:E" ("L:E:P" on a partitioned topic): parsed there
     await engine.nack(topic, sub, positions)
     return ok({"nacked": len(positions)})
 

@@ -27,27 +27,34 @@ router = APIRouter(tags=["topics"])
     "/v1/topics/{topic}",
     response_model=TopicResponse,
     status_code=201,
-    responses={200: {"model": TopicResponse, "description": "It existed."}, **responses(507)},
+    responses={200: {"model": TopicResponse, "description": "It existed."}, **responses(409, 507)},
 )
 async def create_topic(
     topic: TopicName, request: Request, body: Annotated[TopicRequest | None, Body()] = None
 ) -> Response:
     """Create a topic: 201 when created, 200 when it existed; a body's retention is set
-    either way."""
+    either way. With ``{"partitions": N}``, a partitioned topic (409 if the topic exists
+    with another partition count, or not partitioned)."""
     engine = engine_of(request)
-    created = await engine.create_topic(topic)
+    partitions = None if body is None else body.partitions
+    created = await engine.create_topic(topic, partitions=partitions)
     retention = None if body is None else body.retention()
     if retention is not None:
         await _set_retention(request, topic, retention)
-    return ok({"topic": topic}, 201 if created else 200)
+    answer: dict[str, object] = {"topic": topic}
+    if partitions is not None:
+        answer["partitions"] = partitions
+    return ok(answer, 201 if created else 200)
 
 
 async def _set_retention(request: Request, topic: str, body: RetentionRequest) -> None:
-    await engine_of(request).set_retention(
-        topic,
-        max_age=None if body.time_ms is None else body.time_ms / 1000,
-        max_bytes=body.size_bytes,
-    )
+    engine = engine_of(request)
+    for part in engine.partitions_of(topic) or [topic]:  # a partitioned topic's: each's
+        await engine.set_retention(
+            part,
+            max_age=None if body.time_ms is None else body.time_ms / 1000,
+            max_bytes=body.size_bytes,
+        )
 
 
 @router.put(
@@ -62,18 +69,22 @@ async def set_retention(topic: TopicName, body: RetentionRequest, request: Reque
 
 @router.get("/v1/topics", response_model=TopicListResponse, responses=responses())
 async def list_topics(request: Request) -> Response:
-    """All topic names (with ``--auth``: those the caller has a grant on)."""
+    """All topic names, partitioned topics and their partitions included (with
+    ``--auth``: those the caller has a grant on)."""
     engine = engine_of(request)
-    names = list(await engine.list_topics())
+    names = sorted([*await engine.list_topics(), *await engine.partitioned_topics()])
     principal = principal_of(request)
     if principal is not None:
         names = [name for name in names if principal.sees(name)]
     return ok({"topics": names})
 
 
-@router.delete("/v1/topics/{topic}", response_model=TopicDeletedResponse, responses=responses(404))
+@router.delete(
+    "/v1/topics/{topic}", response_model=TopicDeletedResponse, responses=responses(404, 409)
+)
 async def delete_topic(topic: TopicName, request: Request) -> Response:
-    """Delete a topic with its data, subscriptions and snapshots."""
+    """Delete a topic with its data, subscriptions and snapshots (a partitioned topic
+    with every partition; a partition alone is 409)."""
     engine = engine_of(request)
     await engine.delete_topic(topic)
     return ok({"topic": topic, "deleted": True})

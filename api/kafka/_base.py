@@ -30,6 +30,20 @@ class BrokerBase:
     def _offsets(self, topic: str) -> TopicOffsets:
         return self.engine.offsets(topic)
 
+    def _partition(self, topic: str, index: int) -> str | None:
+        """The engine topic behind Kafka partition ``index`` of ``topic``: partition
+        ``i`` of a partitioned topic is topic ``{topic}-partition-{i}``; any other topic
+        has one partition, 0. None for a partition that does not exist."""
+        parts = self.engine.partitions_of(topic)
+        if parts is None:
+            return topic if index == 0 else None
+        return parts[index] if 0 <= index < len(parts) else None
+
+    def _kafka_partition(self, name: str) -> tuple[str, int]:
+        """The Kafka topic and partition index an engine topic is (the inverse of
+        :meth:`_partition`)."""
+        return self.engine.parent_of(name) or (name, 0)
+
     async def _commit_offset(
         self, group: str, topic: str, partition: int, offset: int, txn: TxnId | None = None
     ) -> ErrorCode:
@@ -40,10 +54,11 @@ class BrokerBase:
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if not may("consume", topic, group):  # a group is a subscription: its own rights
             return ErrorCode.GROUP_AUTHORIZATION_FAILED
-        if partition != 0:
+        target = self._partition(topic, partition)
+        if target is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         try:
-            await self.engine.commit_offset(topic, group, offset, txn=txn)
+            await self.engine.commit_offset(target, group, offset, txn=txn)
         except EngineError as exc:
             return code_of(exc)
         return ErrorCode.NONE

@@ -76,6 +76,7 @@ from kafka.protocol.sasl import (
 )
 
 from txnstream.api import (
+    ConflictError,
     Engine,
     EngineError,
     validate_name,
@@ -91,6 +92,9 @@ from ._session import SESSION, Authenticate, Session, may
 from ._transactions import TxnApi
 
 log = logging.getLogger("txnstream.kafka")
+
+MAX_PARTITIONS = 1024
+"""The engine's limit on a topic's partitions (``Engine.create_topic``)."""
 
 NODE_ID = 0
 CLUSTER_ID = "txnstream"
@@ -259,27 +263,40 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         return api_versions_response()
 
     async def metadata(self, request: Any, version: int) -> Any:
+        """Topics with their partitions: a partitioned topic's N (partition i is topic
+        ``{topic}-partition-{i}``, listed under the parent only), one for any other."""
         identity = SESSION.get(Session()).identity
-        names = [n for n in await self.engine.list_topics() if identity is None or identity.sees(n)]
-        known = set(names)
+        counts = {name: 1 for name in await self.engine.list_topics()}
+        for name in list(counts):
+            if self.engine.parent_of(name) is not None:
+                del counts[name]  # listed as its parent's partition (asked by name: its own)
+        partitioned = await self.engine.partitioned_topics()
+        counts.update(partitioned)
+        names = sorted(n for n in counts if identity is None or identity.sees(n))
         asked = (
             names
             if request.topics is None or (version == 0 and not request.topics)
             else [t.name for t in request.topics]
         )
+        known = set(names)
+        if request.topics:  # a partition named itself: a one-partition topic
+            known.update(n for n in asked if n not in counts and n in self._visible_topics(n))
         topics = []
         for name in asked:
             if name in known:
-                partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
-                    error_code=0,
-                    partition_index=0,
-                    leader_id=NODE_ID,
-                    leader_epoch=0,
-                    replica_nodes=[NODE_ID],
-                    isr_nodes=[NODE_ID],
-                    offline_replicas=[],
-                )
-                error, partitions = ErrorCode.NONE, [partition]
+                partitions = [
+                    MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                        error_code=0,
+                        partition_index=index,
+                        leader_id=NODE_ID,
+                        leader_epoch=0,
+                        replica_nodes=[NODE_ID],
+                        isr_nodes=[NODE_ID],
+                        offline_replicas=[],
+                    )
+                    for index in range(counts.get(name, 1))
+                ]
+                error = ErrorCode.NONE
             elif identity is not None and not identity.sees(name):
                 error, partitions = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
             else:
@@ -303,17 +320,31 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
             topics=topics,
         )
 
+    def _visible_topics(self, name: str) -> set[str]:
+        """``{name}`` if it is an engine topic the caller sees (a partition asked for by
+        its own name), else empty."""
+        identity = SESSION.get(Session()).identity
+        try:
+            self.engine.offsets(name)
+        except EngineError:
+            return set()
+        return {name} if identity is None or identity.sees(name) else set()
+
     async def create_topics(self, request: Any, version: int) -> Any:
-        """One-partition topics (``num_partitions`` and ``replication_factor`` 1 or -1,
-        the default); topic configs are not supported. Needs ``manage`` on the topic."""
+        """Topics: ``num_partitions`` 1 or -1 (the default) a plain topic, N > 1 a
+        partitioned one (N topics ``{name}-partition-{i}``); ``replication_factor`` 1 or
+        -1; topic configs are not supported. Needs ``manage`` on the topic."""
         results = []
         for topic in request.topics:
             error, message = ErrorCode.NONE, None
             if not may("manage", topic.name):
                 error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic.num_partitions not in (-1, 1) or topic.assignments:
+            elif not -1 <= topic.num_partitions <= MAX_PARTITIONS or topic.num_partitions == 0:
                 error = ErrorCode.INVALID_PARTITIONS
-                message = "a topic has one partition (partitioned topics are not served yet)"
+                message = f"num_partitions must be -1 or in 1..{MAX_PARTITIONS}"
+            elif topic.assignments:
+                error = ErrorCode.INVALID_REQUEST
+                message = "one broker: replica assignments are not taken"
             elif topic.replication_factor not in (-1, 1):
                 error = ErrorCode.INVALID_REPLICATION_FACTOR
                 message = "one broker: the replication factor is 1"
@@ -323,8 +354,13 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
             else:
                 try:
                     validate_name(topic.name)
-                    if not request.validate_only and not await self.engine.create_topic(topic.name):
+                    count = topic.num_partitions if topic.num_partitions > 1 else None
+                    if not request.validate_only and not await self.engine.create_topic(
+                        topic.name, partitions=count
+                    ):
                         error = ErrorCode.TOPIC_ALREADY_EXISTS
+                except ConflictError as exc:  # it exists, partitioned otherwise
+                    error, message = ErrorCode.TOPIC_ALREADY_EXISTS, str(exc)
                 except EngineError as exc:
                     error, message = code_of(exc), str(exc)
                     if error is ErrorCode.INVALID_REQUEST:

@@ -46,10 +46,11 @@ class FetchApi(BrokerBase):
             for part in topic.partitions:
                 error, offset, timestamp = ErrorCode.NONE, -1, -1
                 try:
-                    offsets = self._offsets(topic.name)
+                    target = self._partition(topic.name, part.partition_index)
+                    offsets = self._offsets(topic.name if target is None else target)
                     if not may("consume", topic.name):
                         error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    elif part.partition_index != 0:
+                    elif target is None:
                         error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     elif part.timestamp == _EARLIEST:
                         offset = offsets.log_start
@@ -58,7 +59,7 @@ class FetchApi(BrokerBase):
                     elif part.timestamp >= 0:
                         end = offsets.last_stable if committed else offsets.high_watermark
                         offset, timestamp = await self._offset_at_time(
-                            topic.name, part.timestamp, offsets.log_start, end
+                            target, part.timestamp, offsets.log_start, end
                         )
                     else:
                         error = ErrorCode.INVALID_REQUEST  # (max timestamp, -3, is not served)
@@ -120,7 +121,7 @@ class FetchApi(BrokerBase):
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
         while True:
             # the change events first: an append after the reads below still wakes us
-            events = [self._watch(name) for name, *_ in wanted]
+            events = [self._watch(name, partition) for name, partition, *_ in wanted]
             answers, size = await self._fetch_all(wanted, committed, request.max_bytes)
             remaining = deadline - time.monotonic()
             if size >= max(request.min_bytes, 1) or remaining <= 0 or self._drain.is_set():
@@ -142,9 +143,12 @@ class FetchApi(BrokerBase):
             ],
         )
 
-    def _watch(self, topic: str) -> asyncio.Event | None:
+    def _watch(self, topic: str, partition: int) -> asyncio.Event | None:
+        target = self._partition(topic, partition)
+        if target is None:
+            return None
         try:
-            return self.engine.watch(topic)
+            return self.engine.watch(target)
         except EngineError:
             return None
 
@@ -172,8 +176,10 @@ class FetchApi(BrokerBase):
         try:
             if not may("consume", topic):
                 raise _PartitionError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            if partition != 0:
+            target = self._partition(topic, partition)
+            if target is None:
                 raise _PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            topic = target  # (a partitioned topic's partition i: its topic, from here on)
             offsets = self._offsets(topic)
             limit = offsets.last_stable if committed else offsets.high_watermark
             if offset < offsets.log_start or offset > offsets.high_watermark:

@@ -110,12 +110,12 @@ class GroupApi(BrokerBase):
         partition_type = topic_type.OffsetFetchResponsePartition
         group = request.group_id
         if request.topics is None:  # every topic the group committed on
-            names = await self.engine.list_topics()
-            asked = [
-                (n, [0])
-                for n in names
-                if may("consume", n, group) and self._committed(group, n) is not None
-            ]
+            found: dict[str, list[int]] = {}
+            for n in await self.engine.list_topics():
+                name, index = self._kafka_partition(n)
+                if may("consume", name, group) and self._committed(group, n) is not None:
+                    found.setdefault(name, []).append(index)
+            asked = list(found.items())
         else:
             asked = [(t.name, list(t.partition_indexes)) for t in request.topics]
         topics = []
@@ -129,10 +129,10 @@ class GroupApi(BrokerBase):
                     error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 elif not may("consume", name, group):
                     error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-                elif index != 0:
+                elif (target := self._partition(name, index)) is None:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    committed = self._committed(group, name)
+                    committed = self._committed(group, target)
                     offset = -1 if committed is None else committed
                 partitions.append(
                     partition_type(

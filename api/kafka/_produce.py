@@ -55,7 +55,10 @@ class ProduceApi(BrokerBase):
                     await future
                 except EngineError as exc:
                     error, base = code_of(exc), -1
-            start = self._offsets(name).log_start if error is ErrorCode.NONE else -1
+            target = self._partition(name, index)
+            start = -1
+            if error is ErrorCode.NONE and target is not None:
+                start = self._offsets(target).log_start
             results.setdefault(name, []).append(
                 ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
                     index=index,
@@ -89,8 +92,10 @@ class ProduceApi(BrokerBase):
         batch, the futures of their durability)."""
         if not may("produce", topic):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, []
-        if partition != 0:
+        target = self._partition(topic, partition)
+        if target is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, []
+        topic = target  # (a partitioned topic's partition i: its topic, from here on)
         try:
             if records is not None and len(records) > _THREAD_BYTES:
                 batches = await asyncio.to_thread(read_batches, records)

@@ -89,15 +89,18 @@ class TxnApi(BrokerBase):
         self, producer: TxnProducer, topics: Any
     ) -> dict[tuple[str, int], ErrorCode]:
         codes: dict[tuple[str, int], ErrorCode] = {}
+        targets: set[str] = set()
         known = set(await self.engine.list_topics())
         for topic in topics:
             for index in topic.partitions:
+                target = self._partition(topic.name, index)
                 if not may("produce", topic.name):
                     codes[topic.name, index] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                elif topic.name not in known or index != 0:
+                elif target is None or target not in known:
                     codes[topic.name, index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     codes[topic.name, index] = ErrorCode.NONE
+                    targets.add(target)
         if any(code is not ErrorCode.NONE for code in codes.values()):
             # all or nothing, as Kafka: the others are not added
             return {
@@ -107,7 +110,7 @@ class TxnApi(BrokerBase):
         error = await self._ensure_txn(producer)
         if error is not ErrorCode.NONE:
             return dict.fromkeys(codes, error)
-        producer.topics.update(name for name, _ in codes)
+        producer.topics.update(targets)  # the engine topics (a partition's, for one)
         return codes
 
     async def _ensure_txn(self, producer: TxnProducer) -> ErrorCode:

@@ -42,6 +42,8 @@ async def _scenario(c: Any, run: Run, name: str) -> None:
     assert await run(c.create_topic(topic)) is True
     assert await run(c.create_topic(topic)) is False
     assert topic in await run(c.list_topics())
+    assert await run(c.create_topic(f"{name}-p", partitions=2)) is True
+    assert (await run(c.stats(f"{name}-p")))["partition_count"] == 2
 
     sent = [wire_message({"n": 1}, key="k", properties={"p": "v"}), wire_message(b"\x00\x01")]
     produced = await run(c.produce(topic, sent))

@@ -78,6 +78,7 @@ def test_the_kafka_section_runs_as_printed(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert 'topic "payments" with 1 partitions' in done.stdout
+        assert 'topic "clicks" with 3 partitions' in done.stdout
         assert '0 k1 {"amount": 5}\n1 k2 {"amount": 7}\n' in done.stdout
         example = subprocess.run(
             [sys.executable, "-c", python.replace("127.0.0.1:9092", kafka)],

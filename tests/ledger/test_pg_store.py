@@ -62,6 +62,8 @@ def script() -> list[WriteBatch]:
     first.create_subscription(0, "t", "exclusive", "read_uncommitted", b"t1", 101)
     first.create_subscription(1, "x", "shared", "read_committed", b"x1", 102)
     first.reserve_txn_seqs(100)
+    first.create_partitioned("p", 2, 150)
+    first.create_partitioned("q", 3, 160)
     first.put_store_meta("store_id", "abc")
     first.put_store_meta("store_home", "here")
     first.record_txn(txn_row(1, "open", None, None, False, None))
@@ -97,6 +99,7 @@ def script() -> list[WriteBatch]:
     second.trim_ledgers(2, 0)
     second.seal_ledger(1, 0, 3, 3)
     second.move_ledger_remote(1, 0, "file:///o/1-0.parquet", 999, "crc")
+    second.drop_partitioned("q")
     second.create_topic(3, "d", 300)
     second.drop_topic(3)
     third = WriteBatch()
@@ -119,6 +122,7 @@ async def everything(store: Store) -> dict[str, Any]:
         "ledgers": [await store.ledger_rows(t) for t in range(4)],
         "store_meta": await store.store_meta(["store_id", "store_home", "missing"]),
         "remote_ledgers": await store.remote_ledger_count(),
+        "partitioned": await store.partitioned_rows(),
         "totals": [await store.ledger_totals(0, 0), await store.ledger_totals(9, 9)],
         "range": await store.read_range(0, P(0, 0), P(1, 100), 100),
         "range_limited": await store.read_range(0, P(0, 11), P(1, 2), 3),

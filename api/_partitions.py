@@ -1,0 +1,360 @@
+"""Partitioned topics, as in Pulsar: a name over N ordinary topics ``{name}-partition-{i}``.
+
+Each partition is a topic with its own ledger, transaction buffer, subscriptions and Kafka
+offsets; the parent is only a name and a partition count (durable in the catalog). What
+this module adds over the single-topic engine:
+
+- routing: a message produced to the parent goes to partition
+  ``toPositive(murmur2(key)) % N`` (Kafka's default partitioner, so a key lands in the
+  same partition whichever client produced it), round-robin without a key;
+- a subscription on the parent is the same subscription on every partition: ``receive``
+  merges them, and the positions it hands out name their partition
+  (:class:`PartitionPosition`, ``"L:E:P"`` as Pulsar writes a partitioned message id), so
+  ``ack``/``nack``/``release`` route each to its partition. Positions of plain topics
+  stay ``"L:E"``.
+
+The fan-out lives here, over the per-partition subscriptions, not in the dispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Self, cast
+
+from kafka.partitioner.default import murmur2
+
+from txnstream.dispatcher import Isolation, Message
+from txnstream.ledger import (
+    InvalidArgumentError,
+    Position,
+    TxnId,
+    encode_value,
+    partition_name,
+)
+
+from ._consume import Consuming, check_uncommitted
+from ._core import PositionsArg, PrincipalArg
+
+MAX_PARTITIONS = 1024
+"""The most partitions a topic may have."""
+
+_PARTITION_POSITION_RE = re.compile(r"^(\d{1,19}):(\d{1,19}):(\d{1,9})$")
+
+
+def partition_for_key(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (its UTF-8 bytes):
+    ``toPositive(murmur2(key)) % partitions``, as the Java client and librdkafka's
+    ``murmur2_random`` do.
+
+    >>> partition_for_key("foobar", 1000)
+    166
+    """
+    return (int(murmur2(key.encode())) & 0x7FFFFFFF) % partitions
+
+
+class PartitionPosition(Position):
+    """A position in one partition of a partitioned topic: ``"L:E:P"`` (ledger, entry,
+    partition index), what a subscription on the parent hands out and takes back.
+
+    >>> str(PartitionPosition(3, 7, 2))
+    '3:7:2'
+    >>> PartitionPosition.parse("3:7:2").partition
+    2
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, ledger_id: int, entry_id: int, partition: int) -> Self:
+        return tuple.__new__(cls, (ledger_id, entry_id, partition))
+
+    @property
+    def partition(self) -> int:
+        """The partition's index."""
+        index: int = tuple.__getitem__(self, 2)
+        return index
+
+    @property
+    def plain(self) -> Position:
+        """The position within its partition (``"L:E"``)."""
+        return Position(self.ledger_id, self.entry_id)
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}:{self.partition}"
+
+    def __repr__(self) -> str:
+        return f"PartitionPosition({self.ledger_id}, {self.entry_id}, {self.partition})"
+
+    @classmethod
+    def parse(cls, text: str) -> PartitionPosition:
+        """Parse ``"L:E:P"``; raises :class:`InvalidArgumentError` on anything else."""
+        match = _PARTITION_POSITION_RE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidArgumentError(
+                f"invalid position {text!r} on a partitioned topic: expected"
+                " 'ledger:entry:partition'"
+            )
+        return cls(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+
+
+class PartitionMessage(Message):
+    """A message received through a subscription on a partitioned topic: its
+    :attr:`position` names its partition (``"L:E:P"``); :attr:`topic` is the partition's
+    topic."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, message: Message, partition: int, topic: str) -> PartitionMessage:
+        """``message`` (from partition ``partition``, topic ``topic``) with its partition."""
+        made: PartitionMessage = tuple.__new__(cls, (message[0], partition, topic))
+        return made
+
+    @property
+    def position(self) -> PartitionPosition:
+        """Where the message lies: ledger, entry and partition index."""
+        plain = super().position
+        return PartitionPosition(plain.ledger_id, plain.entry_id, self[1])
+
+    @property
+    def partition(self) -> int:
+        """The index of the partition it came from."""
+        index: int = self[1]
+        return index
+
+    @property
+    def topic(self) -> str:
+        """The partition's topic name, ``{topic}-partition-{i}``."""
+        name: str = self[2]
+        return name
+
+
+class PartitionedConsuming(Consuming):
+    """Subscriptions on partitioned topics: each call on a parent fans out to its
+    partitions' subscriptions (a part of :class:`~txnstream.api.Engine`)."""
+
+    def partitions_of(self, topic: str) -> list[str] | None:
+        """The partition topics of partitioned ``topic``, by index; None for any other."""
+        row = self._partitioned.get(topic)
+        if row is None:
+            return None
+        return [partition_name(topic, i) for i in range(row.partitions)]
+
+    def _by_partition(
+        self, topic: str, positions: PositionsArg
+    ) -> dict[int, list[Position]] | None:
+        """``positions`` on parent ``topic`` grouped by partition (None: not a parent)."""
+        row = self._partitioned.get(topic)
+        if row is None:
+            return None
+        items: Sequence[Position | str]
+        if isinstance(positions, Position | str):
+            items = [positions]
+        elif isinstance(positions, Sequence):
+            items = cast("Sequence[Position | str]", positions)
+        else:
+            raise InvalidArgumentError("positions must be a list")
+        grouped: dict[int, list[Position]] = {}
+        for item in items:
+            position = (
+                item if isinstance(item, PartitionPosition) else PartitionPosition.parse(str(item))
+            )
+            if not 0 <= position.partition < row.partitions:
+                raise InvalidArgumentError(
+                    f"position {position}: topic {topic!r} has {row.partitions} partitions"
+                )
+            grouped.setdefault(position.partition, []).append(position.plain)
+        return grouped
+
+    async def create_subscription(
+        self,
+        topic: str,
+        name: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "earliest",
+        isolation: str = "read_committed",
+        principal: PrincipalArg = None,
+    ) -> bool:
+        """Create a subscription (on a partitioned topic: on every partition); False if
+        it exists with the same type and isolation (see :meth:`Consuming.create_subscription`)."""
+        parts = self.partitions_of(topic)
+        if parts is None:
+            return await super().create_subscription(
+                topic,
+                name,
+                type=type,
+                initial_position=initial_position,
+                isolation=isolation,
+                principal=principal,
+            )
+        if isolation == "read_uncommitted":  # the rights are the parent's (its name)
+            check_uncommitted(principal, topic, name)
+        created = False
+        for part in parts:
+            created |= await super().create_subscription(
+                part, name, type=type, initial_position=initial_position, isolation=isolation
+            )
+        return created
+
+    def detach(self, topic: str, subscription: str, consumer: str) -> None:
+        """Detach ``consumer`` (from every partition of a partitioned topic)."""
+        for part in self.partitions_of(topic) or [topic]:
+            super().detach(part, subscription, consumer)
+
+    async def receive(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        consumer: str = "default",
+        max: int = 100,
+        timeout: float = 0.0,
+        expires: bool = True,
+        max_bytes: int | None = None,
+        principal: PrincipalArg = None,
+    ) -> list[Message]:
+        """Deliver up to ``max`` messages (see :meth:`Consuming.receive`); on a
+        partitioned topic, merged from its partitions, each a :class:`PartitionMessage`."""
+        parts = self.partitions_of(topic)
+        if parts is None:
+            return await super().receive(
+                topic,
+                subscription,
+                consumer=consumer,
+                max=max,
+                timeout=timeout,
+                expires=expires,
+                max_bytes=max_bytes,
+                principal=principal,
+            )
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidArgumentError("timeout must be a non-negative number of seconds")
+        if principal is not None:  # the rights are the parent's (its name)
+            sub = self._subscription(parts[0], subscription)
+            if sub.isolation is not Isolation.READ_COMMITTED:
+                check_uncommitted(principal, topic, subscription)
+        deadline = time.monotonic() + timeout
+        first = self._receive_from.get(topic, 0)
+        while True:
+            # Take every partition's change event before looking: a message arriving
+            # after a partition was looked at sets its event, so the wait below sees it.
+            events = [self.watch_topic(part) for part in parts]
+            out: list[Message] = []
+            budget = max_bytes
+            # start at a rotating partition: a busy one cannot starve the others
+            for step in range(len(parts)):
+                index = (first + step) % len(parts)
+                got = await super().receive(
+                    parts[index],
+                    subscription,
+                    consumer=consumer,
+                    max=max - len(out),
+                    timeout=0.0,
+                    expires=expires,
+                    max_bytes=budget,
+                )
+                out.extend(PartitionMessage.of(m, index, parts[index]) for m in got)
+                if budget is not None and got:
+                    # what the next partition may still hand out: the limit less these
+                    # values' packed bytes (each partition gives at least one message
+                    # when it has any, so the limit can be passed by its last message)
+                    budget -= sum(len(encode_value(m.value)) for m in got)
+                if len(out) >= max or (budget is not None and budget <= 0):
+                    break
+            self._receive_from[topic] = (first + 1) % len(parts)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                return out
+            waits = [asyncio.ensure_future(event.wait()) for event in events]
+            try:
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+            self._check_open()
+
+    async def ack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: PositionsArg,
+        *,
+        cumulative: bool = False,
+        txn: TxnId | str | None = None,
+        principal: PrincipalArg = None,
+    ) -> int:
+        """Acknowledge positions (see :meth:`Consuming.ack`); on a partitioned topic,
+        ``"L:E:P"`` positions, each acknowledged on its partition."""
+        grouped = self._by_partition(topic, positions)
+        if grouped is None:
+            return await super().ack(
+                topic, subscription, positions, cumulative=cumulative, txn=txn, principal=principal
+            )
+        self._subscription(partition_name(topic, 0), subscription)  # 404 before any ack
+        acked = 0
+        for index, plain in grouped.items():
+            acked += await super().ack(
+                partition_name(topic, index),
+                subscription,
+                plain,
+                cumulative=cumulative,
+                txn=txn,
+                principal=principal,
+            )
+        return acked
+
+    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
+        """Redeliver positions (on a partitioned topic, ``"L:E:P"`` ones)."""
+        grouped = self._by_partition(topic, positions)
+        if grouped is None:
+            return await super().nack(topic, subscription, positions)
+        for index, plain in grouped.items():
+            await super().nack(partition_name(topic, index), subscription, plain)
+
+    async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
+        """Take back delivered positions (on a partitioned topic, ``"L:E:P"`` ones)."""
+        grouped = self._by_partition(topic, positions)
+        if grouped is None:
+            return await super().release(topic, subscription, positions)
+        for index, plain in grouped.items():
+            await super().release(partition_name(topic, index), subscription, plain)
+
+    async def seek(
+        self, topic: str, subscription: str, position: Position | str | datetime
+    ) -> Position | str:
+        """Reset the cursor (see :meth:`Consuming.seek`). On a partitioned topic,
+        ``"earliest"``, ``"latest"`` and a datetime move every partition's cursor; an
+        ``"L:E:P"`` position moves that partition's only."""
+        parts = self.partitions_of(topic)
+        if parts is None:
+            return await super().seek(topic, subscription, position)
+        if isinstance(position, datetime) or position in ("earliest", "latest"):
+            for part in parts:
+                await super().seek(part, subscription, position)
+            return position if isinstance(position, str) else position.isoformat()
+        grouped = self._by_partition(topic, [position])
+        assert grouped is not None
+        ((index, (plain,)),) = grouped.items()
+        found = await super().seek(partition_name(topic, index), subscription, plain)
+        if isinstance(found, Position):
+            return PartitionPosition(found.ledger_id, found.entry_id, index)
+        return found
+
+    async def delete_subscription(self, topic: str, subscription: str) -> None:
+        """Delete a subscription (on a partitioned topic: on every partition)."""
+        parts = self.partitions_of(topic)
+        if parts is None:
+            return await super().delete_subscription(topic, subscription)
+        self._subscription(parts[0], subscription)  # 404 when there is none
+        for part in parts:
+            if self.subscriptions.find(part, subscription) is not None:
+                await super().delete_subscription(part, subscription)
+
+    def watch_topic(self, topic: str) -> asyncio.Event:
+        """An event set at ``topic``'s next change (see ``Offsets.watch``)."""
+        return self._topic(topic).change_event()
