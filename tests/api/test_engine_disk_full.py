@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import drain, wait_until
+from support import drain, mounted_tmpfs, wait_until
 
 from txnstream.api import Engine, EngineConfig, EngineError, InsufficientStorageError, Position
 from txnstream.ledger import DirectoryLock
@@ -29,20 +28,8 @@ VALUE = b"v" * (64 * 1024)
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 48 MiB tmpfs, unmounted afterwards."""
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "fs", "48m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def _free(path: Path) -> int:

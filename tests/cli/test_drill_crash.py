@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from drill_support import REPO
+from support import mounted_tmpfs
 
 CHECKS = (
     "committed messages delivered",
@@ -62,3 +63,35 @@ def test_crash_drill_with_three_kills(tmp_path: Path) -> None:
         assert name in proc.stdout
     assert "txns abandoned" in proc.stdout
     assert "result: " in proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_crash_drill_with_disk_full_spells_and_sigstop_pauses(tmp_path: Path) -> None:
+    """Two disk-full spells (the server's default reserve, then none) on a tmpfs of the
+    drill's own, and a SIGSTOP pause, under the same workload: every history check passes
+    and the server is ok again after each spell without a restart."""
+    with mounted_tmpfs(tmp_path / "fs", "256m") as mount:
+        data, report = mount / "data", tmp_path / "report.json"
+        args = ["drill", "crash", "--data", str(data), "--duration", "4", "--kills", "1"]
+        args += ["--sigstops", "1", "--disk-full", "2", "--seed", "7", "--report", str(report)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "txnstream", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+            timeout=280,
+            check=False,
+        )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode in (0, 1), output
+        result = json.loads(report.read_text())
+        failed = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
+        assert not failed, (failed, output)
+        counts = result["counts"]
+        assert counts["pauses (SIGSTOP)"] == "1"
+        assert counts["disk-full spells"] == "2"
+        assert counts["  spell 1"].startswith("with the reserve: health degraded while full")
+        assert counts["  spell 2"].startswith("without a reserve: health")
+        assert int(counts["txns committed"]) > 0
+        assert proc.returncode == 0, output
