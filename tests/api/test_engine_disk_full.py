@@ -10,6 +10,7 @@ with nothing acknowledged lost and no reopening.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from collections.abc import Iterator
@@ -18,7 +19,14 @@ from pathlib import Path
 import pytest
 from support import drain, mounted_tmpfs, wait_until
 
-from txnstream.api import Engine, EngineConfig, EngineError, InsufficientStorageError, Position
+from txnstream.api import (
+    Engine,
+    EngineConfig,
+    EngineError,
+    EngineFailedError,
+    InsufficientStorageError,
+    Position,
+)
 from txnstream.ledger import DirectoryLock
 
 MiB = 1024 * 1024
@@ -264,6 +272,40 @@ async def test_recovery_with_the_disk_still_full_waits_then_resumes(small_fs: Pa
         acked.append(await engine.send("t", b"after"))
         fetched = await engine.fetch("t", max=100)
         assert [e.position for e in fetched.entries if e.kind == "data"] == acked
+
+
+async def test_a_receive_during_recovery_answers_unavailable_never_empty_at_once(
+    tmp_path: Path,
+) -> None:
+    """A long poll waiting when recovery begins, and one made while recovering, answer
+    "recovering" (503), not an empty list at once that a consumer would spin on."""
+    engine = await Engine.open(tmp_path / "data", EngineConfig(min_free_bytes=0))
+    try:
+        await engine.create_topic("t")
+        await engine.create_subscription("t", "s")
+        waiting = asyncio.create_task(engine.receive("t", "s", consumer="c", timeout=30.0))
+        await wait_until(lambda: _async(_polling(engine)), 10, "the poll to wait")
+        loads = 0
+
+        async def stuck_load() -> None:  # recovery cannot finish (a disk still full)
+            nonlocal loads
+            loads += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        engine._load = stuck_load  # type: ignore[method-assign]
+        engine._fail(RuntimeError("a flush failed"))
+        with pytest.raises(EngineFailedError, match="recovering"):
+            await asyncio.wait_for(waiting, 10)
+        with pytest.raises(EngineFailedError, match="recovering"):
+            await engine.receive("t", "s", consumer="c", timeout=1.0)
+        assert engine.health().status == "recovering"
+    finally:
+        await engine.close()
+
+
+def _polling(engine: Engine) -> bool:
+    consumer = engine.subscriptions.get("t", "s").consumers.get("c")
+    return consumer is not None and consumer.polling > 0
 
 
 def test_lock_acquisition_on_a_full_disk_is_all_or_nothing(small_fs: Path) -> None:
