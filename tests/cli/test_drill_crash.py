@@ -65,22 +65,39 @@ def test_crash_drill_with_three_kills(tmp_path: Path) -> None:
     assert "result: " in proc.stdout
 
 
+LONG = os.environ.get("TXNSTREAM_LONG_DRILL") == "1"
+"""``TXNSTREAM_LONG_DRILL=1`` adds the long variant (minutes): more kills, pauses, spells."""
+
+
 @pytest.mark.timeout(300)
 def test_crash_drill_with_disk_full_spells_and_sigstop_pauses(tmp_path: Path) -> None:
     """Two disk-full spells (the server's default reserve, then none) on a tmpfs of the
     drill's own, and a SIGSTOP pause, under the same workload: every history check passes
     and the server is ok again after each spell without a restart."""
+    _chaos_drill(tmp_path, duration=4, kills=1, stops=1, spells=2, timeout=280)
+
+
+@pytest.mark.skipif(not LONG, reason="long run: set TXNSTREAM_LONG_DRILL=1")
+@pytest.mark.timeout(1200)
+def test_long_crash_drill_with_disk_full_spells_and_sigstop_pauses(tmp_path: Path) -> None:
+    _chaos_drill(tmp_path, duration=60, kills=6, stops=4, spells=8, timeout=1150)
+
+
+def _chaos_drill(
+    tmp_path: Path, *, duration: int, kills: int, stops: int, spells: int, timeout: int
+) -> None:
     with mounted_tmpfs(tmp_path / "fs", "256m") as mount:
         data, report = mount / "data", tmp_path / "report.json"
-        args = ["drill", "crash", "--data", str(data), "--duration", "4", "--kills", "1"]
-        args += ["--sigstops", "1", "--disk-full", "2", "--seed", "7", "--report", str(report)]
+        args = ["drill", "crash", "--data", str(data), "--duration", str(duration)]
+        args += ["--kills", str(kills), "--sigstops", str(stops), "--disk-full", str(spells)]
+        args += ["--seed", "7", "--report", str(report)]
         proc = subprocess.run(
             [sys.executable, "-m", "txnstream", *args],
             capture_output=True,
             text=True,
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
-            timeout=280,
+            timeout=timeout,
             check=False,
         )
         output = proc.stdout + proc.stderr
@@ -89,9 +106,13 @@ def test_crash_drill_with_disk_full_spells_and_sigstop_pauses(tmp_path: Path) ->
         failed = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
         assert not failed, (failed, output)
         counts = result["counts"]
-        assert counts["pauses (SIGSTOP)"] == "1"
-        assert counts["disk-full spells"] == "2"
-        assert counts["  spell 1"].startswith("with the reserve: health degraded while full")
-        assert counts["  spell 2"].startswith("without a reserve: health")
+        assert counts["pauses (SIGSTOP)"] == str(stops)
+        assert counts["disk-full spells"] == str(spells)
+        for spell in range(1, spells + 1, 2):
+            line = counts[f"  spell {spell}"]
+            assert line.startswith("with the reserve: health degraded while full"), line
+        for spell in range(2, spells + 1, 2):
+            line = counts[f"  spell {spell}"]
+            assert line.startswith("without a reserve: health degraded while full"), line
         assert int(counts["txns committed"]) > 0
         assert proc.returncode == 0, output
