@@ -27,6 +27,7 @@ from txnstream.api import (
     InsufficientStorageError,
     Position,
 )
+from txnstream.api.cli.drills._workload import fill_file_system
 from txnstream.ledger import DirectoryLock
 
 MiB = 1024 * 1024
@@ -98,17 +99,8 @@ async def test_a_full_disk_refuses_writes_serves_reads_and_resumes(small_fs: Pat
 
 def _fill_all(mount: Path) -> Path:
     """A filler file that takes every free byte (the last ones too: a write then fails)."""
-    filler = _fill(mount, leave=0)
-    fd = os.open(filler, os.O_WRONLY | os.O_APPEND)
-    try:
-        for size in (256 * 1024, 4096, 512):
-            try:
-                while os.write(fd, b"\0" * size):
-                    pass
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
+    filler = mount / "filler"
+    fill_file_system(filler)  # (the crash drill's disk-full phase fills the same way)
     return filler
 
 

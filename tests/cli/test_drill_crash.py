@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from drill_support import REPO
@@ -35,18 +36,7 @@ def test_crash_drill_with_three_kills(tmp_path: Path) -> None:
     data, report = tmp_path / "data", tmp_path / "report.json"
     args = ["drill", "crash", "--data", str(data), "--duration", "10", "--kills", "3"]
     args += ["--seed", "11", "--report", str(report)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "txnstream", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
-        timeout=170,
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode in (0, 1), output  # 2: the drill could not run at all
-    result = json.loads(report.read_text())
+    proc, output, result = _run_drill(args, report, 170)
     assert result["seed"] == 11
     assert [c["name"] for c in result["checks"]] == list(CHECKS)
     failed = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
@@ -91,18 +81,7 @@ def _chaos_drill(
         args = ["drill", "crash", "--data", str(data), "--duration", str(duration)]
         args += ["--kills", str(kills), "--sigstops", str(stops), "--disk-full", str(spells)]
         args += ["--seed", "7", "--report", str(report)]
-        proc = subprocess.run(
-            [sys.executable, "-m", "txnstream", *args],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
-            timeout=timeout,
-            check=False,
-        )
-        output = proc.stdout + proc.stderr
-        assert proc.returncode in (0, 1), output
-        result = json.loads(report.read_text())
+        proc, output, result = _run_drill(args, report, timeout)
         failed = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
         assert not failed, (failed, output)
         counts = result["counts"]
@@ -116,3 +95,21 @@ def _chaos_drill(
             assert line.startswith("without a reserve: health degraded while full"), line
         assert int(counts["txns committed"]) > 0
         assert proc.returncode == 0, output
+
+
+def _run_drill(
+    args: list[str], report: Path, timeout: int
+) -> tuple[subprocess.CompletedProcess[str], str, dict[str, Any]]:
+    """Run ``txnstream <args>``; returns the process, its output and the JSON report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "txnstream", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+        timeout=timeout,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), output  # 2: the drill could not run at all
+    return proc, output, json.loads(report.read_text())
