@@ -12,7 +12,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
+from support import running_server
 
 from txnstream.api import DataDirectoryLostError, Engine, EngineConfig, EngineFailedError
 
@@ -54,3 +56,22 @@ async def test_a_directory_replaced_under_the_engine_is_noticed(tmp_path: Path) 
         with pytest.raises(DataDirectoryLostError, match="replaced"):
             await engine.send("t", b"lost")
         assert engine.health().status == "failed"
+
+
+def test_over_http_a_deleted_directory_is_503_and_health_failed(tmp_path: Path) -> None:
+    """The same through a real server (``serve``'s lifespan, default reserve): the write
+    after the deletion is 503 ``unavailable`` (not a 500, not a 200 that a restart
+    loses), and ``/v1/health`` is 503 ``failed`` with the reason."""
+    data = tmp_path / "data"
+    with running_server(data) as url, httpx.Client(base_url=url, timeout=10) as http:
+        assert http.put("/v1/topics/t").status_code in (200, 201)
+        sent = http.post("/v1/topics/t/messages", json={"messages": [{"value": 1}]})
+        assert sent.status_code == 200, sent.text
+        shutil.rmtree(data)
+        refused = http.post("/v1/topics/t/messages", json={"messages": [{"value": 2}]})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "unavailable"
+        health = http.get("/v1/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "failed"
+        assert "data directory was deleted" in health.json()["reason"]
