@@ -6,7 +6,14 @@ import time
 from datetime import datetime
 
 from txnstream.dispatcher import FetchResult, Isolation, Message, Subscription, fetch, position_at
-from txnstream.ledger import InvalidArgumentError, Position, TxnId, WriteBatch, validate_name
+from txnstream.ledger import (
+    ClosedError,
+    InvalidArgumentError,
+    Position,
+    TxnId,
+    WriteBatch,
+    validate_name,
+)
 from txnstream.txn_buffer import PendingAck
 
 from ._core import (
@@ -87,12 +94,27 @@ class Consuming(EngineCore):
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
         validate_name(consumer, "consumer")  # it is shown in stats, logs and the console
+        max_wait = timeout
         sub = self._subscription(topic, subscription)
         if principal is not None and sub.isolation is not Isolation.READ_COMMITTED:
             check_uncommitted(principal, topic, subscription)
         sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
         started = time.perf_counter()
-        messages = await sub.receive(consumer, max, timeout, max_bytes)
+        while True:
+            try:
+                messages = await sub.receive(consumer, max, timeout, max_bytes)
+                break
+            except ClosedError:
+                # The engine began recovering in place while this waited: say so (503
+                # recovering), or, if it is open again already, wait on for the rest of
+                # the time on the rebuilt subscription — never an empty answer at once.
+                self._check_open()
+                timeout = max_wait - (time.perf_counter() - started)
+                if timeout <= 0:
+                    messages = []
+                    break
+                sub = self._subscription(topic, subscription)
+                sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
         if self.state is not EngineState.OPEN:
             self._check_open()
         if messages:

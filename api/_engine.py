@@ -32,6 +32,7 @@ from txnstream.ledger import (
     DB_FILE,
     Catalog,
     ClosedError,
+    DataDirectoryLostError,
     FencedError,
     InvalidArgumentError,
     Store,
@@ -114,6 +115,8 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
                 writer_process=self.config.writer == "process",
             )
         self._store = store
+        if store.reserve_unreachable:
+            log.warning("%s", _unreachable(store, self.path))
         self._swept.clear()  # a failed flush may have left orphan objects: look again
         try:
             await self._load_identity(store)
@@ -243,7 +246,9 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
             return
         self._failure = exc
         self._wake_all()
-        if not self.config.auto_recover:
+        # A deleted data directory is not recovered in place: reopening would make a new,
+        # empty database where the old one was and serve it as if it were the same.
+        if not self.config.auto_recover or isinstance(exc, DataDirectoryLostError):
             self.state = EngineState.FAILED
             return
         self.state = EngineState.RECOVERING
@@ -285,6 +290,14 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
         neither (``recovering``, ``failed``), with the reason."""
         if self.state is EngineState.OPEN:
             store = self.store
+            if store.disk_full is not None:
+                return Health(
+                    "degraded",
+                    f"writes refused: the disk of {self.path} is full ({store.disk_full});"
+                    " writes wait for space and resume by themselves",
+                )
+            if store.reserve_unreachable:
+                return Health("degraded", _unreachable(store, self.path))
             if store.space_low:
                 return Health(
                     "degraded",
@@ -296,7 +309,10 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
                 return Health("degraded", problem)
             return Health("ok", None)
         if self.state is EngineState.RECOVERING:
-            return Health("recovering", f"reopening after a storage failure: {self._failure}")
+            reason = f"reopening after a storage failure: {self._failure}"
+            if self._store is not None and self._store.disk_full is not None:
+                reason += f"; the disk of {self.path} is full: waiting for space"
+            return Health("recovering", reason)
         if self.state is EngineState.FAILED:
             return Health("failed", f"the engine failed: {self._failure}")
         return Health("failed", f"the engine is {self.state.value}")
@@ -518,6 +534,14 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
         for part in self.partitions_of(topic) or [topic]:
             self._subscription(part, name).attach(consumer, expires=False)
         return SubscriptionHandle(self, topic, name, consumer)
+
+
+def _unreachable(store: Store, path: Path) -> str:
+    return (
+        f"writes refused: the free-space reserve (min_free_bytes = {store.min_free_bytes})"
+        f" is larger than the whole file system of {path} ({store.disk_bytes} bytes), so"
+        " new data is always refused; lower --min-free-bytes or use a larger disk"
+    )
 
 
 class _EngineOpener:

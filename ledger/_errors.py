@@ -10,6 +10,7 @@ the HTTP client (``txnstream.api.client``) raises the other way round, a status 
       x DataDirLockedError            503: another process owns the data directory
       x InsufficientStorageError      507 insufficient_storage: no space left for a write
       x EngineFailedError             a background task or a durable write failed; reopen
+        + DataDirectoryLostError      503: the data directory was deleted while in use
       x NotFoundError                 404 not_found
         + TopicNotFoundError
         + SubscriptionNotFoundError
@@ -69,6 +70,12 @@ class InsufficientStorageError(EngineError):
 
 class EngineFailedError(EngineError):
     """A durable write or background task failed; the engine refuses new work until reopened."""
+
+
+class DataDirectoryLostError(EngineFailedError):
+    """The data directory (its database file) was deleted, moved or replaced while the
+    engine used it: nothing more is acknowledged, and the engine stays failed (reopening
+    would start an empty directory) until it is restored and restarted."""
 
 
 class NotFoundError(EngineError):

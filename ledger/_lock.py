@@ -52,8 +52,14 @@ class DirectoryLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            # All or nothing: if the pid cannot be written (a full disk), the lock goes
+            # with the descriptor, or every later open would meet a lock held by nobody.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(fd, path)
 
     @classmethod

@@ -55,6 +55,20 @@ Contracts every implementation keeps:
   file system holds less than that. Owners refuse *new data* then (before preparing
   anything), so a full disk shows up as refused appends instead of a failed flush, and
   writes resume by themselves once space is freed.
+* **A full disk is a wait, not a failure.** A flush that meets a full disk anyway (no
+  reserve, or another program took the space) was rolled back whole, so it stays in
+  flight and is applied again, with backoff, until it fits: later flushes queue behind
+  it, in order, and nothing is lost or reordered. Meanwhile :attr:`Store.disk_full`
+  names the disk, :meth:`Store.check_space` refuses new data whatever the reserve, and
+  reads go on. Only :meth:`Store.close` gives up on it (its waiters get
+  :class:`InsufficientStorageError`: nothing of it was written).
+* **The home is checked before every acknowledgement.** After each flush and before
+  its callbacks run, the database file must still be the one opened (same device and
+  inode at its path): a deleted or replaced data directory fails the store with
+  :class:`DataDirectoryLostError` instead of acknowledging writes that went into an
+  unlinked file (one ``stat`` per flush, not per message). The window: a deletion
+  that lands after that check loses the flush it had just passed, as it loses every
+  acknowledged write before it; nothing is acknowledged after the check sees it.
 """
 
 from __future__ import annotations
@@ -72,13 +86,20 @@ from pathlib import Path
 from typing import Any
 
 from ._batch import WriteBatch
-from ._errors import ClosedError, EngineFailedError, InsufficientStorageError
+from ._errors import (
+    ClosedError,
+    DataDirectoryLostError,
+    EngineFailedError,
+    InsufficientStorageError,
+)
 from ._position import Position
 
 log = logging.getLogger("txnstream.store")
 
 _NO_SPACE = ("database or disk is full", "no space left", "quota exceeded")
 _RETRY_DELAYS = (0.01, 0.05, 0.2, 0.5, 1.0)
+_FULL_RETRY_FIRST = 0.05  # a flush held by a full disk is tried again after this ...
+_FULL_RETRY_MAX = 1.0  # ... doubling up to this: writes resume within a second of space
 _SPACE_CHECK_INTERVAL = 0.01  # statvfs costs ~1 us: fresh enough, yet not per batch under load
 
 Row = tuple[Any, ...]
@@ -155,6 +176,18 @@ class Store(abc.ABC):
         self._started = 0.0  # when the flush in flight went to the writer
         self._idle = asyncio.Event()  # set while nothing is in flight
         self._idle.set()
+        self.disk_full: str | None = None
+        """Set while a flush is held by a full disk (what the disk said): see the
+        module docstring."""
+        self._full_retry: asyncio.TimerHandle | None = None
+        self._full_delay = _FULL_RETRY_FIRST
+        self._home = _identity(path)
+        self.disk_bytes = 0
+        """Size of the database's file system (0: none, or unknown)."""
+        if path is not None:
+            with contextlib.suppress(OSError):
+                stat = os.statvfs(path.parent)
+                self.disk_bytes = stat.f_blocks * stat.f_frsize
 
     # -- writing -------------------------------------------------------------------
 
@@ -244,7 +277,10 @@ class Store(abc.ABC):
         now = time.monotonic()
         estimate = self._free_bytes - 2 * (self._written_since_check + self._open.bytes)
         if estimate < 2 * self.min_free_bytes or now - self._free_checked >= _SPACE_CHECK_INTERVAL:
-            stat = os.statvfs(self.path.parent)
+            try:
+                stat = os.statvfs(self.path.parent)
+            except OSError:
+                return 0  # the directory is gone: check_space says so
             self._free_bytes = estimate = stat.f_bavail * stat.f_frsize
             self._free_checked = now
             self._written_since_check = 0
@@ -252,14 +288,30 @@ class Store(abc.ABC):
 
     @property
     def space_low(self) -> bool:
-        """True while less than ``min_free_bytes`` are free: new data should be refused."""
+        """True while new data should be refused: less than ``min_free_bytes`` are free,
+        or a flush is held by a full disk (:attr:`disk_full`)."""
+        if self.disk_full is not None:
+            return True
         return self.min_free_bytes > 0 and self.free_bytes < self.min_free_bytes
 
+    @property
+    def reserve_unreachable(self) -> bool:
+        """True if ``min_free_bytes`` exceeds the whole file system: new data is always
+        refused (a 64 MiB reserve on a 16 MiB disk)."""
+        return 0 < self.disk_bytes < self.min_free_bytes
+
     def check_space(self) -> None:
-        """Raise :class:`InsufficientStorageError` while :attr:`space_low`."""
+        """Raise :class:`InsufficientStorageError` while :attr:`space_low`
+        (:class:`DataDirectoryLostError` if the data directory has gone)."""
         if self._space_plenty():
             return
+        if self.disk_full is not None:
+            raise InsufficientStorageError(
+                f"the disk is full: {self.disk_full} ({self._where()}); nothing new is"
+                " written until space is freed, then writes resume by themselves"
+            )
         if self.space_low:
+            self.check_home()  # (no free space to be read: perhaps no directory at all)
             self._free_checked = -1.0  # the next request looks again
             raise InsufficientStorageError(
                 f"not enough disk space: {self.free_bytes} bytes free on the data"
@@ -283,9 +335,37 @@ class Store(abc.ABC):
         """True without a system call when no reserve is set, or when free space was
         looked at lately and lies far above the reserve (the common case)."""
         minimum = self.min_free_bytes
+        if self.disk_full is not None:
+            return False
         return not minimum or (
             time.monotonic() - self._free_checked < _SPACE_CHECK_INTERVAL
             and self._free_bytes - 2 * (self._written_since_check + self._open.bytes) >= 2 * minimum
+        )
+
+    def _where(self) -> str:
+        return "the data directory's file system" if self.path is None else str(self.path.parent)
+
+    def check_home(self) -> None:
+        """Raise :class:`DataDirectoryLostError` (and fail the store) if the database
+        file at :attr:`path` is no longer the one opened: deleted, moved or replaced.
+
+        One ``stat``: the writer calls it once per flush, before acknowledging.
+        """
+        error = self._lost()
+        if error is not None:
+            self._fail(error, [])
+            raise error
+
+    def _lost(self) -> DataDirectoryLostError | None:
+        if self._home is None or self.failure is not None:
+            return None
+        now = _identity(self.path)
+        if now == self._home:
+            return None
+        seen = "is gone" if now is None else "was replaced by another file"
+        return DataDirectoryLostError(
+            f"the data directory was deleted or moved while in use: {self.path} {seen};"
+            " nothing is acknowledged from now on (restore it and restart)"
         )
 
     def check_writable(self) -> None:
@@ -309,6 +389,8 @@ class Store(abc.ABC):
             )
 
     def _check_writable(self) -> None:
+        if isinstance(self.failure, DataDirectoryLostError):
+            raise DataDirectoryLostError(str(self.failure)) from self.failure
         if self.failure is not None:
             raise EngineFailedError(f"storage failed: {self.failure}") from self.failure
         if self._closing:
@@ -379,6 +461,18 @@ class Store(abc.ABC):
         batch, future = self._inflight
         if exc is None and self.failure is not None:
             exc = self.failure  # a callback failed meanwhile: this flush is not published
+        if exc is None:
+            exc = self._lost()  # before anything of this flush is acknowledged
+        if exc is not None and is_no_space(exc) and not self._closing and self.failure is None:
+            # Rolled back whole: hold it and apply it again once it fits (module docstring).
+            if self.disk_full is None:
+                log.error("the disk is full (%s): writes wait until space is freed", exc)
+            self.disk_full = str(exc)
+            self._full_retry = asyncio.get_running_loop().call_later(
+                self._full_delay, self._retry_full, batch
+            )
+            self._full_delay = min(self._full_delay * 2, _FULL_RETRY_MAX)
+            return
         if exc is not None:
             delay = _RETRY_DELAYS[self._attempt] if self._attempt < len(_RETRY_DELAYS) else None
             if self._transient(exc) and delay is not None and self.failure is None:
@@ -390,6 +484,11 @@ class Store(abc.ABC):
             self._fail(exc, [future])
             self._idle.set()
             return
+        if self.disk_full is not None:
+            log.warning("the disk has space again: writes resume")
+            self.disk_full = None
+            self._full_delay = _FULL_RETRY_FIRST
+            self._free_checked = -1.0
         self._inflight = None
         self._inflight_entries = 0
         seconds = time.perf_counter() - self._started
@@ -399,6 +498,22 @@ class Store(abc.ABC):
             self._kick()  # a callback may have submitted more
             if self._inflight is None:
                 self._idle.set()
+
+    def _retry_full(self, batch: WriteBatch) -> None:
+        self._full_retry = None
+        self._hop(batch)
+
+    def _give_up_full(self) -> None:
+        """Closing while a flush waits for space: it was not written; its waiters hear so."""
+        if self._full_retry is None or self._inflight is None:
+            return  # (a retry is on its way: its answer decides)
+        self._full_retry.cancel()
+        self._full_retry = None
+        _, future = self._inflight
+        self._inflight = None
+        exc = OSError(errno.ENOSPC, f"the disk is full: {self.disk_full}")
+        self._fail(exc, [future])
+        self._idle.set()
 
     def _complete(
         self, batch: WriteBatch, future: asyncio.Future[None] | None, seconds: float
@@ -435,7 +550,9 @@ class Store(abc.ABC):
             self._linger_handle.cancel()
             self._linger_handle = None
         error: Exception
-        if is_no_space(exc):
+        if isinstance(exc, DataDirectoryLostError):
+            error = DataDirectoryLostError(str(exc))
+        elif is_no_space(exc):
             error = InsufficientStorageError(f"the disk is full: {exc}; nothing was written")
         else:
             error = EngineFailedError(f"storage failed: {exc}")
@@ -499,6 +616,9 @@ class Store(abc.ABC):
         while self._inflight is not None or (
             self.failure is None and (self._open or self._open_future is not None)
         ):
+            self._give_up_full()
+            if self._inflight is None and self.failure is not None:
+                break
             self._idle.clear()
             self._kick()
             await self._idle.wait()
@@ -658,6 +778,17 @@ class Store(abc.ABC):
         self, topic_id: int, segment_ids: Sequence[int]
     ) -> dict[int, bytes]:
         """The segments of ``segment_ids`` that exist, by id."""
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path``, None if there is none."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 DataRow = tuple[int, int | None, bytes]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
@@ -467,3 +468,22 @@ def self_signed_cert(tmp_path: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+@contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``48m``) mounted at ``mount`` (made), unmounted afterwards;
+    skips the test where mounting is not allowed (it needs root, as in CI)."""
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)

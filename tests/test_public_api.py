@@ -52,6 +52,7 @@ DOCUMENTED_API = [
     "CorruptObjectError",
     "DB_FILE",
     "DataDirLockedError",
+    "DataDirectoryLostError",
     "DrillError",
     "Engine",
     "EngineConfig",

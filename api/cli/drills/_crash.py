@@ -42,10 +42,14 @@ class _CrashDrill:
         producers: int,
         out: Console,
         err: Console,
+        disk_full: int = 0,
+        stops: int = 0,
     ) -> None:
         self.data = data
         self.duration = duration
         self.kill_count = kills
+        self.spell_count = disk_full
+        self.stop_count = stops
         self.seed = seed
         self.producer_count = producers
         self.out, self.err = out, err
@@ -63,7 +67,9 @@ class _CrashDrill:
         killed before this returns.
         """
         self.data.mkdir(parents=True, exist_ok=True)
-        budget = self.duration + 240 + 50 * self.kill_count
+        budget = (
+            self.duration + 240 + 50 * self.kill_count + 60 * self.spell_count + 5 * self.stop_count
+        )
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         signals: list[str] = []
 
@@ -84,6 +90,8 @@ class _CrashDrill:
             kills=self.kill_count,
             producers=self.producer_count,
             err=self.err,
+            disk_full=self.spell_count,
+            stops=self.stop_count,
         )
         try:
             async with asyncio.timeout(budget):
@@ -120,7 +128,7 @@ class _CrashDrill:
         stop = {0: "clean", -signal.SIGTERM: "clean (SIGTERM)"}.get(
             self.stop_status if self.stop_status is not None else 1, f"status {self.stop_status}"
         )
-        return [
+        rows = [
             ("kills (SIGKILL)", f"{h.kills}{restart}"),
             ("topics / txn producers", f"{len(self.topics)} / {self.producer_count}"),
             ("txns committed", str(outcomes["committed"])),
@@ -147,6 +155,12 @@ class _CrashDrill:
             ("entries in final fetch", str(sum(len(v) for v in h.log_entries.values()))),
             ("server stop", stop),
         ]
+        if self.stop_count:
+            rows.append(("pauses (SIGSTOP)", str(h.stops)))
+        if self.spell_count:
+            rows.append(("disk-full spells", str(len(h.spells))))
+            rows += [(f"  spell {i + 1}", spell) for i, spell in enumerate(h.spells)]
+        return rows
 
     def report(self, path: Path | None = None) -> int:
         """Print the counts and the checks (and write them to ``path`` as JSON).
@@ -197,6 +211,8 @@ def run(
     topics: int,
     producers: int,
     report: Path | None,
+    disk_full: int = 0,
+    stops: int = 0,
 ) -> None:
     """``drill crash`` (the command, its options and help are in ``_group``)."""
     out, err = consoles()
@@ -210,9 +226,13 @@ def run(
         producers=producers,
         out=out,
         err=err,
+        disk_full=disk_full,
+        stops=stops,
     )
     err.print(
-        f"crash drill: {duration:g} s, {kills} kill(s), seed {chosen}, data {data}", markup=False
+        f"crash drill: {duration:g} s, {kills} kill(s), {stops} pause(s), {disk_full} disk-full"
+        f" spell(s), seed {chosen}, data {data}",
+        markup=False,
     )
     try:
         status = asyncio.run(drill.execute(report))

@@ -62,6 +62,19 @@ def crash_command(
     report: Annotated[
         Path | None, typer.Option(help="Also write the counts and checks here as JSON.")
     ] = None,
+    sigstops: Annotated[
+        int, typer.Option(min=0, max=100, help="SIGSTOP pauses (1-2.5 s each) after the kills.")
+    ] = 0,
+    disk_full: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100,
+            help="Disk-full spells after the pauses: DATA's file system (at most 4 GiB: a"
+            " tmpfs of its own) filled to the last byte for 1-2 s, alternately with the"
+            " server's default reserve and with --min-free-bytes 0.",
+        ),
+    ] = 0,
 ) -> None:
     """Kill a real server under a transactional workload and check the recorded history.
 
@@ -70,8 +83,11 @@ def crash_command(
     an idempotent producer and acking consumers over HTTP, SIGKILLs and restarts the
     server KILLS times, then checks that nothing committed was lost, nothing aborted or
     abandoned was delivered, nothing was redelivered after its ack, and order was kept.
+    With --sigstops and --disk-full, the server is then paused with SIGSTOP, and the
+    disk filled and freed, under the same workload and the same checks; after each
+    spell health must be ok again within 30 s, without a restart.
     Exits 1 if any check fails, 2 if the drill could not run.
     """
     from ._crash import run
 
-    run(data, duration, kills, seed, topics, producers, report)
+    run(data, duration, kills, seed, topics, producers, report, disk_full, sigstops)

@@ -80,6 +80,10 @@ class History:
     clock: int = 0
     kills: int = 0
     restart_seconds: list[float] = field(default_factory=list)
+    stops: int = 0
+    """SIGSTOP pauses of the server (each ended by SIGCONT)."""
+    spells: list[str] = field(default_factory=list)
+    """One line per disk-full spell: reserve or not, health while full, recovery time."""
     txns: list[TxnRun] = field(default_factory=list)
     messages: dict[str, Sent] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)

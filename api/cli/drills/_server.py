@@ -51,6 +51,8 @@ class ServerChild:
         self.up = asyncio.Event()
         self._ports: set[int] = set()
         self._clients: list[AsyncClient] = []
+        self.min_free_bytes: int | None = None
+        """``--min-free-bytes`` of the next start (None: the server's default)."""
 
     @property
     def client(self) -> AsyncClient:
@@ -66,6 +68,8 @@ class ServerChild:
         )
         args = [sys.executable, "-m", "txnstream", "serve", "--data", str(self.data)]
         args += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        if self.min_free_bytes is not None:
+            args += ["--min-free-bytes", str(self.min_free_bytes)]
         with open(self.log_path, "ab") as log:
             log.write(f"--- start {self.generation + 1} on port {port}\n".encode())
             log.flush()
@@ -129,6 +133,16 @@ class ServerChild:
                 self.kill()
                 return None
         return proc.returncode
+
+    def pause(self) -> None:
+        """SIGSTOP the child (every request waits; nothing fails)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the child."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

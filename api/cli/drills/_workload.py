@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -43,6 +45,32 @@ def _wire(msgs: Sequence[Sent]) -> list[dict[str, Any]]:
     return [{"value": {"id": m.id}} for m in msgs]
 
 
+FILLER = "drill-disk-filler"
+MAX_FILL_BYTES = 4 << 30
+"""The disk-full phase fills only a file system at most this large (a tmpfs made for
+the drill), never a real disk that others share."""
+
+
+def fill_file_system(filler: Path) -> None:
+    """Write ``filler`` until its file system has not one byte left."""
+    stat = os.statvfs(filler.parent)
+    if stat.f_blocks * stat.f_frsize > MAX_FILL_BYTES:
+        raise DrillError(
+            f"--disk-full fills the file system of {filler.parent}, which holds"
+            f" {stat.f_blocks * stat.f_frsize} bytes: put DATA on a small one of its own"
+            f" (at most {MAX_FILL_BYTES} bytes, e.g. a tmpfs)"
+        )
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 20, 1 << 16, 4096, 512):
+            chunk = b"\0" * size
+            with contextlib.suppress(OSError):
+                while os.write(fd, chunk):
+                    pass
+    finally:
+        os.close(fd)
+
+
 class Workload:
     """Drives the workload and the kills for ``duration`` s, then settles and reads back."""
 
@@ -58,6 +86,8 @@ class Workload:
         kills: int,
         producers: int,
         err: Console,
+        disk_full: int = 0,
+        stops: int = 0,
     ) -> None:
         self.child = child
         self.history = history
@@ -66,6 +96,8 @@ class Workload:
         self.seed = seed
         self.duration = duration
         self.kill_count = kills
+        self.spell_count = disk_full
+        self.stop_count = stops
         self.producer_count = producers
         self.err = err
         self.stop = asyncio.Event()
@@ -154,6 +186,12 @@ class Workload:
                 run.reason = "send died with the server"
                 return
             except TxnStreamHttpError as exc:
+                if exc.status == 507:  # a disk-full spell: give the transaction up
+                    run.reason = "send refused (507)"
+                    with contextlib.suppress(TxnStreamHttpError):
+                        await client.abort(txn)
+                        run.outcome = "aborted"
+                    return
                 if exc.status != 409:
                     self._note("transactional send", _http(exc))
                 run.reason = f"send rejected ({exc.status})"
@@ -216,6 +254,9 @@ class Workload:
                     await asyncio.sleep(0.05)
                     continue
                 except TxnStreamHttpError as exc:
+                    if exc.status == 507:  # a disk-full spell: the same batch again
+                        await asyncio.sleep(0.05)
+                        continue
                     self._note("idempotent send", _http(exc))
                     break
                 for msg in msgs:
@@ -305,6 +346,60 @@ class Workload:
                 h.acked.setdefault(delivery.id, clock)
 
     async def _chaos(self, rng: random.Random) -> None:
+        """The kills over the duration, then the SIGSTOP and disk-full phases."""
+        await self._kills(rng)
+        for _ in range(self.stop_count):
+            await asyncio.sleep(rng.uniform(0.3, 0.8))
+            self.child.pause()  # requests wait (the client's timeout is far longer)
+            self.history.stops += 1
+            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            self.child.resume()
+        for spell in range(self.spell_count):
+            await self._disk_full(rng, reserve=spell % 2 == 0)
+
+    async def _disk_full(self, rng: random.Random, *, reserve: bool) -> None:
+        """Fill DATA's file system to the last byte for a second or two, then free it.
+
+        Odd spells run the server without a reserve (``--min-free-bytes 0``: its flushes
+        meet the full disk), even ones with its default; the server is restarted (a
+        SIGKILL) when that changes. While full, health must be ``degraded`` (or
+        ``ok`` with the reserve untouched); once freed it must be ``ok`` again
+        within 30 s with no restart.
+        """
+        wanted = None if reserve else 0
+        if self.child.min_free_bytes != wanted:
+            self.child.min_free_bytes = wanted
+            self.child.kill()
+            self.history.restart_seconds.append(await self.child.start())
+        await asyncio.sleep(rng.uniform(0.3, 0.8))  # the workload writes on
+        filler = self.child.data / FILLER
+        await asyncio.to_thread(fill_file_system, filler)
+        try:
+            await asyncio.sleep(rng.uniform(0.5, 1.0))
+            status = await self._health()
+            await asyncio.sleep(rng.uniform(0.5, 1.0))
+        finally:
+            await asyncio.to_thread(filler.unlink, missing_ok=True)
+        freed = time.monotonic()
+        while (now := await self._health()) != "ok":
+            if time.monotonic() - freed > 30:
+                self._note("disk-full spell", f"health {now!r} 30 s after the disk was freed")
+                break
+            await asyncio.sleep(0.05)
+        label = "with the reserve" if reserve else "without a reserve"
+        self.history.spells.append(
+            f"{label}: health {status} while full, ok {time.monotonic() - freed:.2f} s after"
+        )
+        if status not in ("degraded", "ok"):
+            self._note("disk-full spell", f"health {status!r} while the disk was full")
+
+    async def _health(self) -> str:
+        try:
+            return str((await self.child.client.health()).get("status"))
+        except TxnStreamHttpError as exc:
+            return f"error {exc.status}"
+
+    async def _kills(self, rng: random.Random) -> None:
         """SIGKILL the child ``kills`` times spread over the duration; restart each time."""
         if self.kill_count <= 0:
             return
