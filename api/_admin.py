@@ -84,6 +84,7 @@ class TopicAdmin(EngineCore):
             self._snapshots.pop(topic.topic_id, None)
             self._retention.pop(name, None)
             self._offload.pop(name, None)
+            self._ttl.pop(name, None)
             self.subscriptions.remove_topic(name)
             topic.notify()
             # after the commit: a failure here only leaves orphans (logged), never data
@@ -110,6 +111,7 @@ class TopicAdmin(EngineCore):
             min(started) if started else None,
             blocking,
             self._offload.get(name),
+            self._ttl.get(name),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:

@@ -41,6 +41,8 @@ TOPIC_CREATE = "topic.create"
 NEXT_TOPIC_ID = "topic.next_id"
 TOPIC_RETENTION = "topic.retention"
 TOPIC_OFFLOAD = "topic.offload"
+TOPIC_TTL = "topic.ttl"
+"""``(ttl_ms or None, topic_id)``"""
 PRODUCER = "producer.put"
 TOPIC_DROP_ENTRIES = "topic.drop.entries"
 TOPIC_DROP_LEDGERS = "topic.drop.ledgers"
@@ -54,6 +56,16 @@ SUBSCRIPTION_CREATE = "subscription.create"
 CURSOR = "subscription.cursor"
 SUBSCRIPTION_DROP = "subscription.drop"
 SUBSCRIPTIONS_DROP = "subscription.drop_topic"
+SUBSCRIPTION_POLICY = "subscription.policy"
+"""``(policy or None, topic_id, name)``: the encoded consumer policy"""
+REDELIVERY = "redelivery.put"
+"""``(topic_id, name, ledger_id, entry_id, count, not_before_ms)`` (upsert)"""
+REDELIVERY_DROP = "redelivery.drop"
+"""``(topic_id, name, ledger_id, entry_id)``"""
+REDELIVERIES_DROP = "redelivery.drop_subscription"
+"""``(topic_id, name)``"""
+REDELIVERIES_DROP_TOPIC = "redelivery.drop_topic"
+"""``(topic_id,)``"""
 # the coordinator
 NEXT_TXN_SEQ = "txn.next_seq"
 TXN = "txn.put"
@@ -248,6 +260,10 @@ class WriteBatch:
         """Store a topic's encoded offload policy."""
         self.add(TOPIC_OFFLOAD, (encoded, topic_id))
 
+    def put_ttl(self, topic_id: int, ttl_ms: int | None) -> None:
+        """Store a topic's message TTL in milliseconds (None: messages never expire)."""
+        self.add(TOPIC_TTL, (ttl_ms, topic_id))
+
     def drop_topic(self, topic_id: int) -> None:
         """Delete a topic's row and its log: entries, ledgers, aborted index, producers."""
         for op in (
@@ -283,12 +299,39 @@ class WriteBatch:
         self.add(CURSOR, (cursor, topic_id, name))
 
     def drop_subscription(self, topic_id: int, name: str) -> None:
-        """Delete a subscription."""
+        """Delete a subscription (and its redelivery state)."""
         self.add(SUBSCRIPTION_DROP, (topic_id, name))
+        self.add(REDELIVERIES_DROP, (topic_id, name))
 
     def drop_subscriptions(self, topic_id: int) -> None:
-        """Delete every subscription of a topic."""
+        """Delete every subscription of a topic (and their redelivery state)."""
         self.add(SUBSCRIPTIONS_DROP, (topic_id,))
+        self.add(REDELIVERIES_DROP_TOPIC, (topic_id,))
+
+    def put_subscription_policy(self, topic_id: int, name: str, policy: bytes | None) -> None:
+        """Store a subscription's encoded consumer policy (None: the defaults)."""
+        self.add(SUBSCRIPTION_POLICY, (policy, topic_id, name))
+
+    def put_redelivery(
+        self,
+        topic_id: int,
+        name: str,
+        ledger_id: int,
+        entry_id: int,
+        count: int,
+        not_before_ms: int,
+    ) -> None:
+        """Upsert a position's redelivery state on a subscription: how many times it was
+        released unacknowledged, and the time (ms) before which it is not delivered."""
+        self.add(REDELIVERY, (topic_id, name, ledger_id, entry_id, count, not_before_ms))
+
+    def drop_redelivery(self, topic_id: int, name: str, ledger_id: int, entry_id: int) -> None:
+        """Forget a position's redelivery state (it was acknowledged)."""
+        self.add(REDELIVERY_DROP, (topic_id, name, ledger_id, entry_id))
+
+    def drop_redeliveries(self, topic_id: int, name: str) -> None:
+        """Forget every position's redelivery state on a subscription (a seek)."""
+        self.add(REDELIVERIES_DROP, (topic_id, name))
 
     def put_store_meta(self, key: str, value: str | int) -> None:
         """Set one of the store's own settings (see :meth:`Store.store_meta`)."""

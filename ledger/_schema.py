@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -153,6 +153,23 @@ UPDATE ledgers SET base_offset = (
     SELECT coalesce(sum(coalesce(earlier.entries, 0)), 0) FROM ledgers AS earlier
     WHERE earlier.topic_id = ledgers.topic_id AND earlier.ledger_id < ledgers.ledger_id
 );
+""",
+    # consumer policies: a topic's message TTL, a subscription's encoded policy (redelivery
+    # limit, dead-letter topic, nack delay), and the redelivery state that must outlive a
+    # restart: how often a position was released unacknowledged, and not before when it
+    # is delivered again (a delayed nack)
+    6: """
+ALTER TABLE topics ADD COLUMN ttl_ms INTEGER;
+ALTER TABLE subscriptions ADD COLUMN policy BLOB;
+CREATE TABLE IF NOT EXISTS redeliveries (
+    topic_id      INTEGER NOT NULL,
+    name          TEXT NOT NULL,
+    ledger_id     INTEGER NOT NULL,
+    entry_id      INTEGER NOT NULL,
+    count         INTEGER NOT NULL,
+    not_before_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, name, ledger_id, entry_id)
+) WITHOUT ROWID;
 """,
 }
 

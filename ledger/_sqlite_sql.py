@@ -40,6 +40,7 @@ WRITES: dict[str, str] = {
     op.NEXT_TOPIC_ID: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_topic_id', ?)",
     op.TOPIC_RETENTION: "UPDATE topics SET retention = ? WHERE topic_id = ?",
     op.TOPIC_OFFLOAD: "UPDATE topics SET offload = ? WHERE topic_id = ?",
+    op.TOPIC_TTL: "UPDATE topics SET ttl_ms = ? WHERE topic_id = ?",
     op.PRODUCER: "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions)"
     " VALUES (?, ?, ?, ?)",
     op.TOPIC_DROP_ENTRIES: "DELETE FROM entries WHERE topic_id = ?",
@@ -53,6 +54,13 @@ WRITES: dict[str, str] = {
     op.CURSOR: "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
     op.SUBSCRIPTION_DROP: "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
     op.SUBSCRIPTIONS_DROP: "DELETE FROM subscriptions WHERE topic_id = ?",
+    op.SUBSCRIPTION_POLICY: "UPDATE subscriptions SET policy = ? WHERE topic_id = ? AND name = ?",
+    op.REDELIVERY: "INSERT OR REPLACE INTO redeliveries (topic_id, name, ledger_id, entry_id,"
+    " count, not_before_ms) VALUES (?, ?, ?, ?, ?, ?)",
+    op.REDELIVERY_DROP: "DELETE FROM redeliveries WHERE topic_id = ? AND name = ?"
+    " AND ledger_id = ? AND entry_id = ?",
+    op.REDELIVERIES_DROP: "DELETE FROM redeliveries WHERE topic_id = ? AND name = ?",
+    op.REDELIVERIES_DROP_TOPIC: "DELETE FROM redeliveries WHERE topic_id = ?",
     # the coordinator
     op.NEXT_TXN_SEQ: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
     op.STORE_META: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
@@ -132,6 +140,12 @@ PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id 
 # -- reads: subscriptions ----------------------------------------------------------------
 
 SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+SUBSCRIPTION_POLICIES = "SELECT topic_id, name, policy FROM subscriptions WHERE policy IS NOT NULL"
+REDELIVERIES = (
+    "SELECT topic_id, name, ledger_id, entry_id, count, not_before_ms FROM redeliveries"
+    " ORDER BY topic_id, name, ledger_id, entry_id"
+)
+TOPIC_TTLS = "SELECT topic_id, ttl_ms FROM topics WHERE ttl_ms IS NOT NULL"
 
 # -- reads: the coordinator --------------------------------------------------------------
 

@@ -331,6 +331,15 @@ class SqliteStore(Store):
     async def subscription_rows(self) -> list[Row]:
         return await self.read(sql.SUBSCRIPTIONS)
 
+    async def subscription_policy_rows(self) -> list[Row]:
+        return await self.read(sql.SUBSCRIPTION_POLICIES)
+
+    async def redelivery_rows(self) -> list[Row]:
+        return await self.read(sql.REDELIVERIES)
+
+    async def topic_ttl_rows(self) -> list[Row]:
+        return await self.read(sql.TOPIC_TTLS)
+
     async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
         return dict(await self.read(sql.STORE_META, (json.dumps(list(keys)),)))
 

@@ -29,6 +29,7 @@ FETCH_FROM_PATTERN = r"^(?:earliest|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17}
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 MAX_SEQUENCE = 2**63 - 1
+MAX_NACK_DELAY_MS = 7 * 86_400_000  # as the engine's (txnstream.dispatcher.MAX_NACK_DELAY_MS)
 MAX_TXN_TIMEOUT_MS = 900_000
 
 SubscriptionType = Literal["exclusive", "failover", "shared", "key_shared"]
@@ -44,6 +45,7 @@ ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 TxnIdStr = Annotated[StrictStr, Field(max_length=200, examples=["txn-17"])]
 Properties = dict[StrictStr, StrictStr]
+TopicNameStr = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
 
 POSITION_TEXT = "A position 'L:E' (ledger id, entry id)."
 TXN_TEXT = "A transaction id as returned by begin (opaque; never reused)."
@@ -208,6 +210,32 @@ class SubscriptionRequest(_Request):
         description="read_committed (decided data only, up to the stable position) or"
         " read_uncommitted (up to last confirmed).",
     )
+    max_redeliveries: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=1_000_000,
+            description="A message delivered max_redeliveries + 1 times without an ack (nacks"
+            " and expired deliveries count) moves to the dead-letter topic, atomically with"
+            " its ack; null: no limit. Given for an existing subscription, it replaces the"
+            " policy.",
+        ),
+    ] = None
+    dead_letter_topic: TopicNameStr | None = Field(
+        default=None,
+        description="Where such messages go (default '{topic}-{subscription}-DLQ', created"
+        " when needed); their properties name origin_topic, origin_subscription,"
+        " origin_position and redelivery_count.",
+    )
+    nack_delay_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_NACK_DELAY_MS,
+            description="How long a nacked message waits before it is delivered again (shared"
+            " and key_shared; exclusive and failover redeliver at once, in order).",
+        ),
+    ] = None
 
 
 class AckRequest(_Request):
@@ -232,11 +260,22 @@ class AckRequest(_Request):
 class NackRequest(_Request):
     """Body of ``POST .../nack``."""
 
-    model_config = _examples({"positions": ["0:3"]}, strict=True)
+    model_config = _examples(
+        {"positions": ["0:3"]}, {"positions": ["0:3"], "delay_ms": 5000}, strict=True
+    )
 
     positions: list[PositionStr] = Field(
         description="Delivered positions to redeliver (their redelivery_count goes up by one)."
     )
+    delay_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_NACK_DELAY_MS,
+            description="Deliver them again after this long (default: the subscription's"
+            " nack_delay_ms; shared and key_shared only).",
+        ),
+    ] = None
 
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -337,11 +376,42 @@ class RetentionRequest(_Request):
     ] = None
 
 
+MAX_TTL_MS = 10 * 365 * 86_400_000
+
+
+class TtlRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/ttl``: null is no TTL."""
+
+    model_config = _examples({"ttl_ms": 3600000}, {"ttl_ms": None}, strict=True)
+
+    ttl_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=1,
+            le=MAX_TTL_MS,
+            description="Unacknowledged messages older than this are acknowledged for every"
+            " subscription (a pass every ttl_check_interval seconds); null: never.",
+        ),
+    ]
+
+
 class TopicRequest(RetentionRequest):
     """Optional body of ``PUT /v1/topics/{topic}``: the topic's retention, as
-    ``PUT .../retention`` takes it (applied whether or not the topic existed)."""
+    ``PUT .../retention`` takes it, and its message TTL (applied whether or not the topic
+    existed)."""
 
-    model_config = _examples({}, {"time_ms": 604800000}, strict=True)
+    model_config = _examples({}, {"time_ms": 604800000}, {"ttl_ms": 3600000}, strict=True)
+
+    ttl_ms: Annotated[
+        StrictInt | None,
+        Field(ge=1, le=MAX_TTL_MS, description="The message TTL, as PUT .../ttl takes it."),
+    ] = None
+
+    def ttl(self) -> TtlRequest | None:
+        """The TTL the body sets, if it names one."""
+        if "ttl_ms" not in self.model_fields_set:
+            return None
+        return TtlRequest(ttl_ms=self.ttl_ms)
 
     def retention(self) -> RetentionRequest | None:
         """The retention the body sets, if it names any."""

@@ -50,6 +50,8 @@ OPERATIONS = [
     ("GET", "/v1/topics/{topic}/ledgers"),
     ("PUT", "/v1/topics/{topic}/offload"),
     ("POST", "/v1/topics/{topic}/offload/run"),
+    ("PUT", "/v1/topics/{topic}/retention"),
+    ("PUT", "/v1/topics/{topic}/ttl"),
     ("POST", "/v1/transactions"),
     ("GET", "/v1/transactions"),
     ("POST", "/v1/transactions/finish"),
