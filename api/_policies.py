@@ -110,6 +110,14 @@ class ConsumerPolicies(TopicAdmin):
         """Apply every topic's message TTL every ``ttl_check_interval`` seconds."""
         while True:
             await asyncio.sleep(self.config.ttl_check_interval)
+            if self.subscriptions.has_delivery_times:  # forget the times that passed
+                batch = WriteBatch()
+                self.subscriptions.prune_delivery_times(batch, now_ms())
+                try:
+                    if batch:
+                        await self.store.write(batch)
+                except EngineError as exc:  # disk full, ...: pruned again next pass
+                    log.warning("pruning delivery times failed: %s", exc)
             for name in list(self._ttl):
                 try:
                     await self.apply_ttl(name)

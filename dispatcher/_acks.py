@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import time
 from collections.abc import Callable, Sequence
 
@@ -106,7 +107,11 @@ class SubscriptionState:
         self.dead_letters: SortedSet = SortedSet()
         self.on_dead_letter: Callable[[], None] | None = None
         self._delayed: dict[Position, int] = {}
+        self._delay_heap: list[tuple[int, Position]] = []  # (not before, position), lazily
         self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_timer_at = 0
+        # the topic's delivery times of messages sent with one (shared by its subscriptions)
+        self.deliver_at: dict[Position, int] = {}
         self._stored: set[Position] = set()
         self._dirty: dict[Position, int] = {}  # position -> not before (ms)
         self._forget: list[Position] = []
@@ -174,9 +179,17 @@ class SubscriptionState:
             self._delay(position, not_before_ms)
 
     def withheld(self, position: Position) -> bool:
-        """Whether ``position`` is kept from delivery (waiting for its nack delay or its
-        dead-letter move)."""
-        return position in self._delayed or position in self.dead_letters
+        """Whether ``position`` is kept from delivery: waiting for its nack delay, its
+        delivery time (shared and key_shared; then it waits in the delay timer) or its
+        dead-letter move."""
+        if position in self._delayed or position in self.dead_letters:
+            return True
+        if self.deliver_at and self.type in _DELAYABLE:
+            at = self.deliver_at.get(position)
+            if at is not None and at > _now_ms():
+                self._delay(position, at)
+                return True
+        return False
 
     # -- acknowledgement -----------------------------------------------------------
 
@@ -335,6 +348,7 @@ class SubscriptionState:
         self._replay.clear()
         self._redelivery.clear()
         self._delayed.clear()
+        self._delay_heap.clear()
         self.dead_letters.clear()
         self._dirty.clear()
         self._forget.clear()
@@ -367,31 +381,39 @@ class SubscriptionState:
 
     def _delay(self, position: Position, not_before_ms: int) -> None:
         self._delayed[position] = not_before_ms
-        self._schedule_delayed()
+        heapq.heappush(self._delay_heap, (not_before_ms, position))
+        if self._delay_timer is None or not_before_ms < self._delay_timer_at:
+            self._arm(not_before_ms)
 
-    def _schedule_delayed(self) -> None:
-        """Arm the timer for the earliest delayed position (one timer per subscription)."""
+    def _arm(self, at_ms: int) -> None:
+        """(Re)arm the one timer of this subscription's delays for ``at_ms``."""
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None
-        if not self._delayed or self.closed or self.deleted:
+        if self.closed or self.deleted:
             return
-        wait = (min(self._delayed.values()) - _now_ms()) / 1000
+        self._delay_timer_at = at_ms
         self._delay_timer = asyncio.get_running_loop().call_later(
-            max(0.0, wait), self._release_delayed
+            max(0.0, (at_ms - _now_ms()) / 1000), self._release_delayed
         )
 
     def _release_delayed(self) -> None:
         """Deliver the delayed positions whose time has come (first in line)."""
         self._delay_timer = None
         now = _now_ms()
-        due = [p for p, at in self._delayed.items() if at <= now]
-        for position in due:
-            del self._delayed[position]
+        heap, delayed = self._delay_heap, self._delayed
+        released = False
+        while heap and (heap[0][0] <= now or delayed.get(heap[0][1]) != heap[0][0]):
+            at, position = heapq.heappop(heap)
+            if delayed.get(position) != at:
+                continue  # acknowledged, sought past or delayed again since
+            del delayed[position]
             if not self.cursor.is_acked(position):
                 self._replay.add(position)
-        self._schedule_delayed()
-        if due:
+                released = True
+        if heap:
+            self._arm(heap[0][0])
+        if released:
             self.topic.notify()
 
     def cancel_timers(self) -> None:

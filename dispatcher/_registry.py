@@ -38,10 +38,39 @@ class SubscriptionRegistry:
         self._subscriptions: dict[tuple[str, str], Subscription] = {}
         self.on_dead_letter: Callable[[], None] | None = None
         """Called when a subscription has messages to move to its dead-letter topic."""
+        # per topic: the delivery times of messages sent with one, until they pass
+        self._deliver_at: dict[str, dict[Position, int]] = {}
 
     def _add(self, subscription: Subscription) -> None:
         subscription.on_dead_letter = self.on_dead_letter
+        subscription.deliver_at = self._deliver_at.setdefault(subscription.topic.name, {})
         self._subscriptions[(subscription.topic.name, subscription.name)] = subscription
+
+    def delay_delivery(
+        self, batch: WriteBatch, topic: Topic, timed: Iterable[tuple[Position, int]]
+    ) -> None:
+        """Record the delivery times of messages being appended to ``topic`` (in
+        ``batch``, before their positions become readable)."""
+        times = self._deliver_at.setdefault(topic.name, {})
+        for position, at in timed:
+            times[position] = at
+            batch.put_delivery_time(topic.topic_id, position.ledger_id, position.entry_id, at)
+
+    def prune_delivery_times(self, batch: WriteBatch, now: int) -> None:
+        """Forget the delivery times that have passed (in memory and in ``batch``)."""
+        pruned = False
+        for times in self._deliver_at.values():
+            passed = [p for p, at in times.items() if at <= now]
+            for position in passed:
+                del times[position]
+            pruned = pruned or bool(passed)
+        if pruned:
+            batch.prune_delivery_times(now)
+
+    @property
+    def has_delivery_times(self) -> bool:
+        """Whether any message waits for its delivery time."""
+        return any(self._deliver_at.values())
 
     async def load(self, topics_by_id: Mapping[int, Topic]) -> None:
         """Load every stored subscription of the given topics (recovery), with their
@@ -74,6 +103,11 @@ class SubscriptionRegistry:
         ) in await self._store.redelivery_rows():
             if (found := by_id.get((topic_id, name))) is not None:
                 found.load_redelivery(Position(ledger_id, entry_id), count, not_before)
+        names = {topic_id: topic.name for topic_id, topic in topics_by_id.items()}
+        for topic_id, ledger_id, entry_id, at in await self._store.delivery_time_rows(now_ms()):
+            if topic_id in names:
+                times = self._deliver_at.setdefault(names[topic_id], {})
+                times[Position(ledger_id, entry_id)] = at
 
     def dead_lettering(self) -> list[Subscription]:
         """The subscriptions with messages waiting for their dead-letter move."""
@@ -166,6 +200,7 @@ class SubscriptionRegistry:
 
     def remove_topic(self, topic: str) -> None:
         """Forget every subscription of a deleted topic."""
+        self._deliver_at.pop(topic, None)
         for key in [k for k in self._subscriptions if k[0] == topic]:
             subscription = self._subscriptions.pop(key)
             subscription.deleted = True

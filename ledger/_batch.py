@@ -66,6 +66,12 @@ REDELIVERIES_DROP = "redelivery.drop_subscription"
 """``(topic_id, name)``"""
 REDELIVERIES_DROP_TOPIC = "redelivery.drop_topic"
 """``(topic_id,)``"""
+DELIVERY_TIME = "delivery_time.put"
+"""``(topic_id, ledger_id, entry_id, deliver_at_ms)``"""
+DELIVERY_TIMES_PRUNE = "delivery_time.prune"
+"""``(deliver_at_ms,)``: forget every delivery time at or before it"""
+DELIVERY_TIMES_DROP_TOPIC = "delivery_time.drop_topic"
+"""``(topic_id,)``"""
 # the coordinator
 NEXT_TXN_SEQ = "txn.next_seq"
 TXN = "txn.put"
@@ -264,6 +270,17 @@ class WriteBatch:
         """Store a topic's message TTL in milliseconds (None: messages never expire)."""
         self.add(TOPIC_TTL, (ttl_ms, topic_id))
 
+    def put_delivery_time(
+        self, topic_id: int, ledger_id: int, entry_id: int, deliver_at_ms: int
+    ) -> None:
+        """Store the time (ms) before which a message is not delivered to shared and
+        key_shared subscriptions."""
+        self.add(DELIVERY_TIME, (topic_id, ledger_id, entry_id, deliver_at_ms))
+
+    def prune_delivery_times(self, upto_ms: int) -> None:
+        """Forget the delivery times at or before ``upto_ms`` (they have passed)."""
+        self.add(DELIVERY_TIMES_PRUNE, (upto_ms,))
+
     def drop_topic(self, topic_id: int) -> None:
         """Delete a topic's row and its log: entries, ledgers, aborted index, producers."""
         for op in (
@@ -271,6 +288,7 @@ class WriteBatch:
             TOPIC_DROP_LEDGERS,
             TOPIC_DROP_ABORTED,
             TOPIC_DROP_PRODUCERS,
+            DELIVERY_TIMES_DROP_TOPIC,
             TOPIC_DROP,
         ):
             self.add(op, (topic_id,))

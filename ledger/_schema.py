@@ -157,7 +157,7 @@ UPDATE ledgers SET base_offset = (
     # consumer policies: a topic's message TTL, a subscription's encoded policy (redelivery
     # limit, dead-letter topic, nack delay), and the redelivery state that must outlive a
     # restart: how often a position was released unacknowledged, and not before when it
-    # is delivered again (a delayed nack)
+    # is delivered again (a delayed nack); and the delivery times messages were sent with
     6: """
 ALTER TABLE topics ADD COLUMN ttl_ms INTEGER;
 ALTER TABLE subscriptions ADD COLUMN policy BLOB;
@@ -169,6 +169,14 @@ CREATE TABLE IF NOT EXISTS redeliveries (
     count         INTEGER NOT NULL,
     not_before_ms INTEGER NOT NULL,
     PRIMARY KEY (topic_id, name, ledger_id, entry_id)
+) WITHOUT ROWID;
+-- messages sent with a delivery time (deliverAt/deliverAfter), until that time passes
+CREATE TABLE IF NOT EXISTS delivery_times (
+    topic_id      INTEGER NOT NULL,
+    ledger_id     INTEGER NOT NULL,
+    entry_id      INTEGER NOT NULL,
+    deliver_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, ledger_id, entry_id)
 ) WITHOUT ROWID;
 """,
 }

@@ -61,6 +61,10 @@ WRITES: dict[str, str] = {
     " AND ledger_id = ? AND entry_id = ?",
     op.REDELIVERIES_DROP: "DELETE FROM redeliveries WHERE topic_id = ? AND name = ?",
     op.REDELIVERIES_DROP_TOPIC: "DELETE FROM redeliveries WHERE topic_id = ?",
+    op.DELIVERY_TIME: "INSERT OR REPLACE INTO delivery_times (topic_id, ledger_id, entry_id,"
+    " deliver_at_ms) VALUES (?, ?, ?, ?)",
+    op.DELIVERY_TIMES_PRUNE: "DELETE FROM delivery_times WHERE deliver_at_ms <= ?",
+    op.DELIVERY_TIMES_DROP_TOPIC: "DELETE FROM delivery_times WHERE topic_id = ?",
     # the coordinator
     op.NEXT_TXN_SEQ: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
     op.STORE_META: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
@@ -144,6 +148,10 @@ SUBSCRIPTION_POLICIES = "SELECT topic_id, name, policy FROM subscriptions WHERE 
 REDELIVERIES = (
     "SELECT topic_id, name, ledger_id, entry_id, count, not_before_ms FROM redeliveries"
     " ORDER BY topic_id, name, ledger_id, entry_id"
+)
+DELIVERY_TIMES = (
+    "SELECT topic_id, ledger_id, entry_id, deliver_at_ms FROM delivery_times"
+    " WHERE deliver_at_ms > ?"
 )
 TOPIC_TTLS = "SELECT topic_id, ttl_ms FROM topics WHERE ttl_ms IS NOT NULL"
 

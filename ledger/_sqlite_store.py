@@ -337,6 +337,9 @@ class SqliteStore(Store):
     async def redelivery_rows(self) -> list[Row]:
         return await self.read(sql.REDELIVERIES)
 
+    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
+        return await self.read(sql.DELIVERY_TIMES, (after_ms,))
+
     async def topic_ttl_rows(self) -> list[Row]:
         return await self.read(sql.TOPIC_TTLS)
 

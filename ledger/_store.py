@@ -592,6 +592,11 @@ class Store(abc.ABC):
         not_before_ms)``, by subscription and position."""
 
     @abc.abstractmethod
+    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
+        """Every stored delivery time later than ``after_ms``: ``(topic_id, ledger_id,
+        entry_id, deliver_at_ms)``."""
+
+    @abc.abstractmethod
     async def topic_ttl_rows(self) -> list[Row]:
         """Every topic with a message TTL: ``(topic_id, ttl_ms)``."""
 

@@ -10,6 +10,7 @@ are what ``/docs`` shows.
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, cast
 
@@ -29,6 +30,7 @@ FETCH_FROM_PATTERN = r"^(?:earliest|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17}
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 MAX_SEQUENCE = 2**63 - 1
+MAX_DELIVERY_DELAY_MS = 366 * 86_400_000  # as the engine's
 MAX_NACK_DELAY_MS = 7 * 86_400_000  # as the engine's (txnstream.dispatcher.MAX_NACK_DELAY_MS)
 MAX_TXN_TIMEOUT_MS = 900_000
 
@@ -104,6 +106,22 @@ class MessageIn(_Request):
     ] = Field(default="", description="Bytes, standard base64 with padding.")
     key: StrictStr | None = Field(default=None, description=KEY_TEXT)
     properties: Properties | None = Field(default=None, description=PROPERTIES_TEXT)
+    deliver_after_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_DELIVERY_DELAY_MS,
+            description="Shared and key_shared subscriptions deliver the message no earlier"
+            " than this long after it is stored (Pulsar's deliverAfter); exclusive and"
+            " failover ones deliver in order, at once.",
+        ),
+    ] = None
+    deliver_at: StrictStr | None = Field(
+        default=None,
+        description="As deliver_after_ms, at an ISO 8601 time (UTC when it names no offset;"
+        " Pulsar's deliverAt); at most a year ahead.",
+        examples=["2026-11-27T04:00:00Z"],
+    )
 
     @model_validator(mode="after")
     def _exactly_one_value(self) -> MessageIn:
@@ -111,7 +129,21 @@ class MessageIn(_Request):
         has_b64 = "value_b64" in self.model_fields_set
         if has_value == has_b64:
             raise ValueError("each message needs exactly one of 'value' and 'value_b64'")
+        if self.deliver_at is not None:
+            if self.deliver_after_ms is not None:
+                raise ValueError("give deliver_after_ms or deliver_at, not both")
+            moment = parse_timestamp(self.deliver_at)
+            if moment.timestamp() * 1000 > time.time() * 1000 + MAX_DELIVERY_DELAY_MS:
+                raise ValueError("deliver_at lies more than a year ahead")
         return self
+
+    def deliver_at_ms(self) -> int | None:
+        """The delivery time in ms since the epoch (None: at once)."""
+        if self.deliver_after_ms:
+            return time.time_ns() // 1_000_000 + self.deliver_after_ms
+        if self.deliver_at is not None:
+            return int(parse_timestamp(self.deliver_at).timestamp() * 1000)
+        return None
 
 
 class ProduceRequest(_Request):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,45 @@ async def test_ttl_validation(engine: Engine) -> None:
     for bad in (0, -1, 1.5, True, "1h"):
         with pytest.raises(InvalidArgumentError):
             await engine.set_ttl("t", bad)  # type: ignore[arg-type]
+
+
+# -- delayed delivery ----------------------------------------------------------------------
+
+
+async def test_delayed_delivery_on_shared_subscriptions(engine: Engine) -> None:
+    await engine.create_topic("t")
+    shared = await engine.subscribe("t", "shared", type="shared")
+    ordered = await engine.subscribe("t", "ordered", type="exclusive")
+    sent = time.monotonic()
+    await engine.send("t", "after", deliver_after_ms=400)
+    await engine.send("t", "at", deliver_at=datetime.now(UTC) + timedelta(milliseconds=600))
+    await engine.send("t", "now")
+    assert [m.value for m in await shared.receive(max=10, timeout=0.2)] == ["now"]
+    # exclusive (and failover) subscriptions deliver in order and ignore the delay
+    assert [m.value for m in await ordered.receive(max=10, timeout=1.0)] == ["after", "at", "now"]
+    [after] = await shared.receive(max=10, timeout=5.0)
+    assert after.value == "after"
+    assert time.monotonic() - sent >= 0.39
+    [at] = await shared.receive(max=10, timeout=5.0)
+    assert at.value == "at"
+    assert time.monotonic() - sent >= 0.59
+    for bad in ({"deliver_after_ms": -1}, {"deliver_at": datetime(2026, 1, 1)}):
+        with pytest.raises(InvalidArgumentError):
+            await engine.send("t", "x", **bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await engine.send("t", "x", deliver_after_ms=1, deliver_at=datetime.now(UTC))
+
+
+async def test_delayed_delivery_is_honoured_across_a_restart(data_dir: Path) -> None:
+    async with Engine.open(data_dir) as engine:
+        await engine.create_topic("t")
+        await engine.create_subscription("t", "s", type="key_shared")
+        sent = time.monotonic()
+        await engine.send("t", "later", key="k", deliver_after_ms=1500)
+        await engine.send("t", "now", key="k")
+    async with Engine.open(data_dir) as engine:
+        sub = await engine.subscribe("t", "s", type="key_shared")
+        assert [m.value for m in await sub.receive(max=10, timeout=0.3)] == ["now"]
+        [later] = await sub.receive(max=10, timeout=5.0)
+        assert later.value == "later"
+        assert time.monotonic() - sent >= 1.4

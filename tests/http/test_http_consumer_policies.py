@@ -121,3 +121,31 @@ async def test_ttl_over_http(client: Any, name: str) -> None:
     assert (
         await client.put("/v1/topics/no-such-topic-ttl/ttl", json={"ttl_ms": 1})
     ).status_code == 404
+
+
+async def test_delayed_delivery_over_http(client: Any, name: str) -> None:
+    assert (await client.put(f"/v1/topics/{name}")).status_code == 201
+    sub = f"/v1/topics/{name}/subscriptions/s"
+    assert (await client.put(sub, json={"type": "shared"})).status_code == 201
+    messages = [
+        {"value": "after", "deliver_after_ms": 300},
+        {"value": "at", "deliver_at": "2099-01-01T00:00:00Z"},  # beyond a year: refused
+    ]
+    r = await client.post(f"/v1/topics/{name}/messages", json={"messages": messages})
+    assert r.status_code == 400, r.text
+    messages[1] = {"value_b64": "AA==", "deliver_at": "2020-01-01T00:00:00Z"}  # past: now
+    r = await client.post(f"/v1/topics/{name}/messages", json={"messages": messages})
+    assert r.status_code == 200, r.text
+    sent = time.monotonic()
+    first = (await client.get(f"{sub}/messages?max=10&wait_ms=100")).json()["messages"]
+    assert [m.get("value_b64") for m in first] == ["AA=="]
+    later = (await client.get(f"{sub}/messages?max=10&wait_ms=5000")).json()["messages"]
+    assert [m["value"] for m in later] == ["after"]
+    assert time.monotonic() - sent >= 0.2
+    for bad in (
+        {"value": 1, "deliver_after_ms": -1},
+        {"value": 1, "deliver_at": "tomorrow"},
+        {"value": 1, "deliver_after_ms": 5, "deliver_at": "2020-01-01T00:00:00Z"},
+    ):
+        r = await client.post(f"/v1/topics/{name}/messages", json={"messages": [bad]})
+        assert r.status_code == 400, (bad, r.text)
