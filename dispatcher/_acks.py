@@ -182,6 +182,8 @@ class SubscriptionState:
         """Whether ``position`` is kept from delivery: waiting for its nack delay, its
         delivery time (shared and key_shared; then it waits in the delay timer) or its
         dead-letter move."""
+        if not (self._delayed or self.dead_letters or self.deliver_at):
+            return False  # the usual case, per entry delivered
         if position in self._delayed or position in self.dead_letters:
             return True
         if self.deliver_at and self.type in _DELAYABLE:
@@ -293,7 +295,7 @@ class SubscriptionState:
         else:
             for position in held:
                 if not self.cursor.is_acked(position) and position < self.read_position:
-                    self._requeue(position)
+                    self._requeue(position, 0)  # counted; the nack delay is for nacks
         self.topic.notify()
 
     def nack(self, positions: Sequence[Position], delay_ms: int | None = None) -> None:
