@@ -295,3 +295,20 @@ async def test_delayed_delivery_is_honoured_across_a_restart(data_dir: Path) -> 
         [later] = await sub.receive(max=10, timeout=5.0)
         assert later.value == "later"
         assert time.monotonic() - sent >= 1.4
+
+
+async def test_stored_redelivery_state_goes_with_the_ack_seek_and_deletion(engine: Engine) -> None:
+    await engine.create_topic("t")
+    await engine.send_many("t", ["a", "b"])
+    sub = await engine.subscribe("t", "s", type="shared", max_redeliveries=5)
+    first, second = await sub.receive(max=2, timeout=2.0)
+    await sub.nack([first.position, second.position])
+    assert len(await engine.store.redelivery_rows()) == 2
+    await sub.ack([first.position])
+    assert [row[2:5] for row in await engine.store.redelivery_rows()] == [(0, 1, 1)]
+    await sub.seek("earliest")
+    assert await engine.store.redelivery_rows() == []
+    [again, _] = await sub.receive(max=2, timeout=2.0)
+    await sub.nack([again.position])
+    await engine.delete_subscription("t", "s")
+    assert await engine.store.redelivery_rows() == []
