@@ -177,6 +177,7 @@ class TopicAdmin(EngineCore):
                 self._snapshots.pop(topic.topic_id, None)
                 self._retention.pop(topic.name, None)
                 self._offload.pop(topic.name, None)
+                self._ttl.pop(topic.name, None)
                 self.subscriptions.remove_topic(topic.name)
                 topic.notify()
             # after the commit: a failure here only leaves orphans (logged), never data
@@ -205,6 +206,7 @@ class TopicAdmin(EngineCore):
             blocking,
             self._offload.get(name),
             topic_offsets(topic),
+            self._ttl.get(name),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:

@@ -41,6 +41,9 @@ class EngineConfig:
     """Backpressure: appends wait while more entries than this await their group commit."""
     retention_check_interval: float = 30.0
     """How often topics with a retention policy are trimmed."""
+    ttl_check_interval: float = 5.0
+    """How often topics with a message TTL acknowledge their expired messages for every
+    subscription (:meth:`~txnstream.api.Engine.set_ttl`)."""
     min_free_bytes: int = 64 * MiB
     """New data is refused (:class:`InsufficientStorageError`) while the data directory's
     file system has less free space than this; 0 turns the check off."""
@@ -96,6 +99,7 @@ class EngineConfig:
             "consumer_expiry",
             "ended_txn_retention",
             "retention_check_interval",
+            "ttl_check_interval",
             "offload_check_interval",
         ):
             if getattr(self, name) <= 0:

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
-from txnstream.dispatcher import FetchResult, Isolation, Message, Subscription, fetch, position_at
+from txnstream.dispatcher import (
+    ConsumerPolicy,
+    FetchResult,
+    Isolation,
+    Message,
+    Subscription,
+    check_delay_ms,
+    fetch,
+    position_at,
+)
 from txnstream.ledger import (
     ClosedError,
     InvalidArgumentError,
@@ -43,9 +53,20 @@ class Consuming(EngineCore):
         type: str = "exclusive",
         initial_position: str = "earliest",
         isolation: str = "read_committed",
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
         principal: PrincipalArg = None,
     ) -> bool:
         """Create a subscription; False if it exists with the same type and isolation.
+
+        Consumer policy (Pulsar's ``deadLetterPolicy`` and negative ack delay): a message
+        delivered ``max_redeliveries + 1`` times without an ack (nacks and expired
+        deliveries count) moves to ``dead_letter_topic`` (default
+        ``{topic}-{name}-DLQ``, created when needed) atomically with its ack; a nacked
+        message waits ``nack_delay_ms`` before it is delivered again (shared and
+        key_shared; exclusive and failover redeliver at once, in order). Given for an
+        existing subscription, the policy fields replace its policy.
 
         Raises :class:`SubscriptionConflictError` if it exists with other settings; with a
         ``principal``, :class:`ForbiddenError` for a read_uncommitted one it may not read.
@@ -53,6 +74,17 @@ class Consuming(EngineCore):
         validate_name(name, "subscription")
         if isolation == "read_uncommitted":
             check_uncommitted(principal, topic, name)
+        policy = None
+        if max_redeliveries is not None or dead_letter_topic is not None or nack_delay_ms:
+            policy = ConsumerPolicy(max_redeliveries, dead_letter_topic, nack_delay_ms or 0)
+            target = policy.dead_letter_topic_of(topic, name)
+            validate_name(target)  # the default name may be too long
+            if target == topic:
+                raise InvalidArgumentError("dead_letter_topic must not be the topic itself")
+            if policy.max_redeliveries is not None and (p := as_principal(principal)):
+                p.check("produce", target)  # the engine writes there on the caller's behalf
+        elif nack_delay_ms is not None:
+            policy = ConsumerPolicy()  # nack_delay_ms=0 given: back to the defaults
         async with self._admin_lock:
             return await self.subscriptions.create(
                 self._topic(topic),
@@ -60,7 +92,17 @@ class Consuming(EngineCore):
                 type=type,
                 initial_position=initial_position,
                 isolation=isolation,
+                policy=policy,
             )
+
+    async def subscription_policy(self, topic: str, subscription: str) -> dict[str, Any]:
+        """The subscription's consumer policy: ``max_redeliveries``, ``dead_letter_topic``
+        (the one in force, the default included) and ``nack_delay_ms``."""
+        sub = self._subscription(topic, subscription)
+        policy = sub.policy.as_dict()
+        if sub.policy.max_redeliveries is not None:
+            policy["dead_letter_topic"] = sub.policy.dead_letter_topic_of(topic, subscription)
+        return policy
 
     def detach(self, topic: str, subscription: str, consumer: str) -> None:
         """Detach ``consumer``; its unacknowledged messages go to others."""
@@ -158,9 +200,26 @@ class Consuming(EngineCore):
         await self.store.write(batch)
         return len(parsed)
 
-    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
-        """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``."""
-        self._subscription(topic, subscription).nack(parse_positions(positions))
+    async def nack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: PositionsArg,
+        *,
+        delay_ms: int | None = None,
+    ) -> None:
+        """Redeliver delivered, unacknowledged positions with ``redelivery_count + 1``,
+        after ``delay_ms`` (default: the subscription's ``nack_delay_ms``; shared and
+        key_shared subscriptions only). Past the subscription's ``max_redeliveries``,
+        they move to its dead-letter topic instead."""
+        if delay_ms is not None:
+            delay_ms = check_delay_ms(delay_ms)
+        sub = self._subscription(topic, subscription)
+        sub.nack(parse_positions(positions), delay_ms)
+        batch = WriteBatch()
+        sub.prepare_redelivery_write(batch)  # a limit or delay must outlive a restart
+        if batch:
+            await self.store.write(batch)
 
     async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Take back delivered positions their receiver never read (e.g. its connection

@@ -190,6 +190,9 @@ class EngineCore:
         self._snapshots: dict[int, SnapshotState] = {}
         self._retention: dict[str, RetentionPolicy] = {}
         self._offload: dict[str, OffloadPolicy] = {}
+        self._ttl: dict[str, int] = {}  # topic -> message TTL (ms)
+        # set when a subscription has messages to move to its dead-letter topic
+        self._dead_letter_event = asyncio.Event()
         # one reader/writer of offloaded objects for the engine's life (its caches and
         # fetch counters survive an in-place recovery)
         self._remote = OffloadStore(self.config.offload_url)

@@ -58,6 +58,7 @@ from ._maintenance import prepare_low_watermark_aborts
 from ._offload import Offloading
 from ._offsets import Offsets
 from ._partitions import PartitionedConsuming
+from ._policies import ConsumerPolicies
 from ._produce import Producing
 from ._recovery import load_topics, reconcile
 from ._stats import summarize_recovery
@@ -67,7 +68,7 @@ log = logging.getLogger("txnstream.engine")
 _MAINTENANCE_INTERVAL = 1.0
 
 
-class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
+class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
     """An embedded txnstream engine over one data directory.
 
     Use ``async with Engine.open(path) as engine:`` or ``engine = await Engine.open(path)``
@@ -123,6 +124,7 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
             store.on_failure = self._fail
             store.on_flush = self.metrics.observe_flush
             subscriptions = self._subscriptions = SubscriptionRegistry(store)
+            subscriptions.on_dead_letter = self._dead_letter_ready
             coordinator = self._coordinator = Coordinator(
                 store,
                 lambda name: self._topics.get(name),  # the topics being loaded beside it
@@ -141,7 +143,13 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
             self._topics, self._snapshots = loaded.topics, loaded.snapshots
             self._retention, self._offload = loaded.retention, loaded.offload
             self._partitioned = {row.name: row for row in await Catalog(store).partitioned()}
-            await subscriptions.load({t.topic_id: t for t in self._topics.values()})
+            by_id = {t.topic_id: t for t in self._topics.values()}
+            await subscriptions.load(by_id)
+            self._ttl = {
+                by_id[topic_id].name: ttl_ms
+                for topic_id, ttl_ms in await store.topic_ttl_rows()
+                if topic_id in by_id
+            }
             await store.write(reconcile(self._topics, coordinator, subscriptions))
             self.recovery = summarize_recovery(
                 self._snapshots.values(),
@@ -179,6 +187,10 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
         self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
+        self._spawn(self._ttl_loop(), name="txnstream-ttl")
+        self._spawn(self._dead_letter_loop(), name="txnstream-dead-letters")
+        if self.subscriptions.dead_lettering():  # recovered past their limit
+            self._dead_letter_event.set()
         if self.config.offload_url is not None:
             self._spawn(self._offload_loop(), name="txnstream-offload")
 
@@ -329,8 +341,9 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
         """Detach silent HTTP consumers; abort buffers' transactions below the watermark."""
         while True:
             await asyncio.sleep(_MAINTENANCE_INTERVAL)
-            self.subscriptions.expire(time.monotonic(), self.config.consumer_expiry)
             batch = WriteBatch()
+            # expired deliveries count toward redelivery limits, which outlive restarts
+            self.subscriptions.expire(time.monotonic(), self.config.consumer_expiry, batch)
             low_watermark = self.coordinator.low_watermark()
             prepare_low_watermark_aborts(batch, list(self._topics.values()), low_watermark)
             if batch:
@@ -524,11 +537,22 @@ class Engine(Producing, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
         type: str = "exclusive",
         initial_position: str = "earliest",
         isolation: str = "read_committed",
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
     ) -> SubscriptionHandle:
         """Create the subscription if needed and attach a new consumer to it (on a
-        partitioned topic, to every partition's: it receives from them all)."""
+        partitioned topic, to every partition's: it receives from them all; the consumer
+        policy fields as :meth:`create_subscription` takes them)."""
         await self.create_subscription(
-            topic, name, type=type, initial_position=initial_position, isolation=isolation
+            topic,
+            name,
+            type=type,
+            initial_position=initial_position,
+            isolation=isolation,
+            max_redeliveries=max_redeliveries,
+            dead_letter_topic=dead_letter_topic,
+            nack_delay_ms=nack_delay_ms,
         )
         consumer = f"consumer-{next(self._consumer_ids)}"
         for part in self.partitions_of(topic) or [topic]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 PERMISSIONS = ("produce", "consume", "manage", "read_uncommitted")
 """``produce``: send (also in transactions); ``consume``: subscribe, receive, ack, nack,
 seek, fetch, stats; ``manage``: create and delete the topic and its subscriptions, its
-offload and retention; ``read_uncommitted``: read open transactions' data (a
+offload, retention and message TTL; ``read_uncommitted``: read open transactions' data (a
 read_uncommitted subscription or fetch), on top of ``consume``."""
 
 OPERATIONS: dict[str, tuple[str, ...]] = {
@@ -29,6 +29,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "set_offload": ("manage",),
     "run_offload": ("manage",),
     "set_retention": ("manage",),
+    "set_ttl": ("manage",),
     "produce": ("produce",),
     "stats": ("consume",),
     "fetch": ("consume",),

@@ -164,9 +164,12 @@ class SubscriptionHandle:
         """Acknowledge positions (or everything at or below one, with ``cumulative``)."""
         return await self._engine.ack(self.topic, self.name, positions, cumulative=cumulative)
 
-    async def nack(self, positions: Sequence[Position | str] | Position | str) -> None:
-        """Ask for redelivery of delivered, unacknowledged positions."""
-        await self._engine.nack(self.topic, self.name, positions)
+    async def nack(
+        self, positions: Sequence[Position | str] | Position | str, *, delay_ms: int | None = None
+    ) -> None:
+        """Ask for redelivery of delivered, unacknowledged positions (after ``delay_ms``,
+        default the subscription's ``nack_delay_ms``; shared and key_shared only)."""
+        await self._engine.nack(self.topic, self.name, positions, delay_ms=delay_ms)
 
     async def seek(self, position: Position | str | datetime) -> Position | str:
         """Move the cursor (``"earliest"``, ``"latest"``, a position, or a time zone aware

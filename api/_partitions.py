@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Self, cast
+from typing import Any, Self, cast
 
 from kafka.partitioner.default import murmur2
 
@@ -177,10 +177,19 @@ class PartitionedConsuming(Consuming):
         type: str = "exclusive",
         initial_position: str = "earliest",
         isolation: str = "read_committed",
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
         principal: PrincipalArg = None,
     ) -> bool:
-        """Create a subscription (on a partitioned topic: on every partition); False if
-        it exists with the same type and isolation (see :meth:`Consuming.create_subscription`)."""
+        """Create a subscription (on a partitioned topic: on every partition, each with
+        the consumer policy); False if it exists with the same type and isolation (see
+        :meth:`Consuming.create_subscription`)."""
+        policy: dict[str, Any] = {
+            "max_redeliveries": max_redeliveries,
+            "dead_letter_topic": dead_letter_topic,
+            "nack_delay_ms": nack_delay_ms,
+        }
         parts = self.partitions_of(topic)
         if parts is None:
             return await super().create_subscription(
@@ -190,13 +199,19 @@ class PartitionedConsuming(Consuming):
                 initial_position=initial_position,
                 isolation=isolation,
                 principal=principal,
+                **policy,
             )
         if isolation == "read_uncommitted":  # the rights are the parent's (its name)
             check_uncommitted(principal, topic, name)
         created = False
         for part in parts:
             created |= await super().create_subscription(
-                part, name, type=type, initial_position=initial_position, isolation=isolation
+                part,
+                name,
+                type=type,
+                initial_position=initial_position,
+                isolation=isolation,
+                **policy,  # the rights were the parent's (its name), checked above
             )
         return created
 
@@ -308,13 +323,29 @@ class PartitionedConsuming(Consuming):
             )
         return acked
 
-    async def nack(self, topic: str, subscription: str, positions: PositionsArg) -> None:
-        """Redeliver positions (on a partitioned topic, ``"L:E:P"`` ones)."""
+    async def subscription_policy(self, topic: str, subscription: str) -> dict[str, Any]:
+        """The consumer policy (see :meth:`Consuming.subscription_policy`); a partitioned
+        topic's subscriptions share theirs, so its first partition's says it."""
+        parts = self.partitions_of(topic)
+        if parts is None:
+            return await super().subscription_policy(topic, subscription)
+        return await super().subscription_policy(parts[0], subscription)
+
+    async def nack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: PositionsArg,
+        *,
+        delay_ms: int | None = None,
+    ) -> None:
+        """Redeliver positions (on a partitioned topic, ``"L:E:P"`` ones), after
+        ``delay_ms`` (see :meth:`Consuming.nack`)."""
         grouped = self._by_partition(topic, positions)
         if grouped is None:
-            return await super().nack(topic, subscription, positions)
+            return await super().nack(topic, subscription, positions, delay_ms=delay_ms)
         for index, plain in grouped.items():
-            await super().nack(partition_name(topic, index), subscription, plain)
+            await super().nack(partition_name(topic, index), subscription, plain, delay_ms=delay_ms)
 
     async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Take back delivered positions (on a partitioned topic, ``"L:E:P"`` ones)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime
 from time import time_ns
 from typing import Any
 
@@ -122,6 +123,45 @@ def _check_text(text: str) -> None:
             raise InvalidArgumentError(
                 f"a message key or property is not valid text: {exc}"
             ) from None
+
+
+MAX_DELIVERY_DELAY_MS = 366 * 86_400_000
+"""The furthest in the future a message's delivery time may lie (a year and a day)."""
+
+
+def delivery_time(deliver_after_ms: int | None, deliver_at: datetime | None) -> int | None:
+    """A message's delivery time (ms since the epoch) from ``deliver_after_ms`` or
+    ``deliver_at`` (at most one), or None; :class:`InvalidArgumentError` if bad."""
+    if deliver_after_ms is not None and deliver_at is not None:
+        raise InvalidArgumentError("give deliver_after_ms or deliver_at, not both")
+    now = now_ms()
+    if deliver_after_ms is not None:
+        if (
+            isinstance(deliver_after_ms, bool)
+            or not isinstance(deliver_after_ms, int)
+            or not 0 <= deliver_after_ms <= MAX_DELIVERY_DELAY_MS
+        ):
+            raise InvalidArgumentError(
+                f"deliver_after_ms must be an integer in 0..{MAX_DELIVERY_DELAY_MS}"
+            )
+        return now + deliver_after_ms if deliver_after_ms else None
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime) or deliver_at.tzinfo is None:
+            raise InvalidArgumentError("deliver_at must be a time zone aware datetime")
+        at = int(deliver_at.timestamp() * 1000)
+        if at > now + MAX_DELIVERY_DELAY_MS:
+            raise InvalidArgumentError("deliver_at lies more than a year ahead")
+        return at if at > now else None
+    return None
+
+
+def _delivery_times(messages: Sequence[OutgoingMessage]) -> list[tuple[int, int]]:
+    """``(index, delivery time)`` of the messages that carry one (checked)."""
+    timed = [(i, m.deliver_at_ms) for i, m in enumerate(messages) if m.deliver_at_ms is not None]
+    for _, at in timed:
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise InvalidArgumentError("deliver_at_ms must be a time in ms since the epoch")
+    return timed
 
 
 class Producing(EngineCore):
@@ -393,6 +433,7 @@ class Producing(EngineCore):
         and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
         payloads = await self._encoded(topic_name, messages, values)
         store = self.store
+        timed = [] if values else _delivery_times(messages)
         # Nothing below awaits: positions are assigned and submitted in one step.
         topic = self._topic(topic_name)
         if producer is not None and sequence is not None:
@@ -407,6 +448,8 @@ class Producing(EngineCore):
             self.coordinator.register_topic(batch, record, topic_name)
             txn_id = record.txn_id
         positions = topic.prepare_payloads(batch, payloads, txn_id)
+        if timed:
+            self.subscriptions.delay_delivery(batch, topic, [(positions[i], at) for i, at in timed])
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
         done = store.submit(batch, wait=wait)
@@ -420,9 +463,17 @@ class Producing(EngineCore):
         *,
         key: str | None = None,
         properties: dict[str, str] | None = None,
+        deliver_after_ms: int | None = None,
+        deliver_at: datetime | None = None,
     ) -> Position:
-        """Append one message; returns its position once it is durable."""
-        result = await self.produce(topic, [OutgoingMessage(value, key, properties or {})])
+        """Append one message; returns its position once it is durable.
+
+        With ``deliver_after_ms`` or ``deliver_at`` (a time zone aware datetime; Pulsar's
+        ``deliverAfter``/``deliverAt``), shared and key_shared subscriptions deliver it
+        no earlier than that (exclusive and failover ones deliver in order, at once).
+        """
+        at = delivery_time(deliver_after_ms, deliver_at)
+        result = await self.produce(topic, [OutgoingMessage(value, key, properties or {}, at)])
         return result.positions[0]
 
     async def send_many(
@@ -459,6 +510,8 @@ class Producing(EngineCore):
             self._topic(name)  # every topic exists before anything is encoded
         limit = self.config.max_message_bytes
         encoded = {t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()}
+        for group in groups.values():
+            _delivery_times([m for _, m in group])
         store = self.store
         store.check_space()
         if store.over_limit or store.failure is not None:
@@ -468,10 +521,14 @@ class Producing(EngineCore):
         positions: list[Position | None] = [None] * len(items)
         for topic_name, group in groups.items():
             topic = self._topic(topic_name)
-            for (index, _), position in zip(
+            for (index, message), position in zip(
                 group, topic.prepare_data(batch, encoded[topic_name], None), strict=True
             ):
                 positions[index] = position
+                if message.deliver_at_ms is not None:
+                    self.subscriptions.delay_delivery(
+                        batch, topic, [(position, message.deliver_at_ms)]
+                    )
             self.metrics.count_in(topic_name, len(group))
         await store.write(batch)
         return [p for p in positions if p is not None]

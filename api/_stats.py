@@ -43,10 +43,20 @@ class SubscriptionStats:
     """Messages delivered to a consumer and not yet acknowledged."""
     redeliveries: int = 0
     """Messages released for redelivery since the engine opened."""
+    policy: dict[str, Any] | None = None
+    """The consumer policy's fields (``max_redeliveries``, ``dead_letter_topic``,
+    ``nack_delay_ms``)."""
+    delayed: int = 0
+    """Nacked messages waiting for their delay to pass."""
+    dead_letters: int = 0
+    """Messages past the redelivery limit waiting for their dead-letter move."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape."""
         return {
+            **(self.policy or {}),
+            "delayed": self.delayed,
+            "dead_letters": self.dead_letters,
             "type": self.type,
             "isolation": self.isolation,
             "backlog": self.backlog,
@@ -182,12 +192,15 @@ class TopicStats:
     offload: OffloadPolicy | None = None
     offsets: TopicOffsets | None = None
     """The topic's Kafka offsets (beside the ``L:E`` positions)."""
+    ttl_ms: int | None = None
+    """The message TTL (None: messages never expire)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The HTTP stats body (HTTP_API.md), extra fields included."""
         policy = self.retention
         return {
             "topic": self.topic,
+            "ttl_ms": self.ttl_ms,
             "last_confirmed": _str(self.last_confirmed),
             "stable_position": _str(self.stable_position),
             "offsets": None if self.offsets is None else self.offsets.as_dict(),
@@ -233,6 +246,7 @@ async def topic_stats(
     blocking_txn: BlockingTxn | None = None,
     offload: OffloadPolicy | None = None,
     offsets: TopicOffsets | None = None,
+    ttl_ms: int | None = None,
 ) -> TopicStats:
     """Read ``topic``'s statistics (one backlog query per subscription)."""
     buffer = topic.buffer
@@ -246,6 +260,9 @@ async def topic_stats(
             list(sub.consumers),
             sub.unacked,
             sub.redeliveries,
+            sub.policy.as_dict(),
+            sub.delayed,
+            len(sub.dead_letters),
         )
     lac, stable = buffer.last_confirmed, buffer.max_read_position
     taken = None
@@ -277,6 +294,7 @@ async def topic_stats(
         subscriptions=subs,
         offload=offload,
         offsets=offsets,
+        ttl_ms=ttl_ms,
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+import heapq
+import time
+from collections.abc import Callable, Sequence
 
 from sortedcontainers import SortedSet
 
@@ -26,6 +28,9 @@ from txnstream.txn_buffer import Topic
 
 from ._cursor import Cursor
 from ._message import Consumer, Isolation, SubscriptionType, key_position, position_key
+from ._policy import ConsumerPolicy
+
+_DELAYABLE = (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
 
 
 def read_limit(topic: Topic, isolation: Isolation) -> Position | None:
@@ -94,6 +99,23 @@ class SubscriptionState:
         self._txn_acks: dict[Position, TxnId] = {}
         self._txn_cumulative: dict[TxnId, Position] = {}
         self._lock = asyncio.Lock()
+        # consumer policy (see _policy): positions past the redelivery limit waiting for
+        # their move to the dead-letter topic; nacked positions waiting for their delay to
+        # pass (-> not before, ms since the epoch) and the timer of the earliest; stored
+        # redelivery rows, the ones to write and the ones to forget
+        self.policy = ConsumerPolicy()
+        self.dead_letters: SortedSet = SortedSet()
+        self.on_dead_letter: Callable[[], None] | None = None
+        self._delayed: dict[Position, int] = {}
+        self._delay_heap: list[tuple[int, Position]] = []  # (not before, position), lazily
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_timer_at = 0
+        # the topic's delivery times of messages sent with one (shared by its subscriptions)
+        self.deliver_at: dict[Position, int] = {}
+        self._stored: set[Position] = set()
+        self._dirty: dict[Position, int] = {}  # position -> not before (ms)
+        self._forget: list[Position] = []
+        self._forget_all = False
 
     def drop_read_ahead(self) -> None:
         """Forget the range read ahead, cancelling the read if it still runs (a seek, the
@@ -118,6 +140,58 @@ class SubscriptionState:
         """Add the cursor's current durable form to ``batch``."""
         self._settle_skipped()
         batch.put_cursor(self.topic.topic_id, self.name, self.cursor.encode())
+        if self._dirty or self._forget or self._forget_all:
+            self.prepare_redelivery_write(batch)
+
+    def prepare_redelivery_write(self, batch: WriteBatch) -> None:
+        """Add the redelivery state changed since the last write to ``batch``."""
+        topic_id, name = self.topic.topic_id, self.name
+        if self._forget_all:
+            self._forget_all = False
+            batch.drop_redeliveries(topic_id, name)
+        forget, self._forget = self._forget, []
+        for position in forget:
+            if position not in self._dirty:
+                self._stored.discard(position)
+                batch.drop_redelivery(topic_id, name, position.ledger_id, position.entry_id)
+        dirty, self._dirty = self._dirty, {}
+        for position, not_before in dirty.items():
+            count = self._redelivery.get(position)
+            if count is None:
+                continue
+            self._stored.add(position)
+            batch.put_redelivery(
+                topic_id, name, position.ledger_id, position.entry_id, count, not_before
+            )
+
+    def load_redelivery(self, position: Position, count: int, not_before_ms: int) -> None:
+        """Restore a stored redelivery state (recovery): past the limit, the position
+        waits for its dead-letter move; delayed, for its time; acknowledged, forgotten."""
+        self._stored.add(position)
+        if self.cursor.is_acked(position):
+            self._forget.append(position)
+            return
+        self._redelivery[position] = count
+        limit = self.policy.max_redeliveries
+        if limit is not None and count > limit:
+            self.dead_letters.add(position)
+        elif not_before_ms > _now_ms() and self.type in _DELAYABLE:
+            self._delay(position, not_before_ms)
+
+    def withheld(self, position: Position) -> bool:
+        """Whether ``position`` is kept from delivery: waiting for its nack delay, its
+        delivery time (shared and key_shared; then it waits in the delay timer) or its
+        dead-letter move."""
+        if not (self._delayed or self.dead_letters or self.deliver_at):
+            return False  # the usual case, per entry delivered
+        if position in self._delayed or position in self.dead_letters:
+            return True
+        if self.deliver_at and self.type in _DELAYABLE:
+            at = self.deliver_at.get(position)
+            if at is not None and at > _now_ms():
+                self._delay(position, at)
+                return True
+        return False
 
     # -- acknowledgement -----------------------------------------------------------
 
@@ -180,6 +254,10 @@ class SubscriptionState:
         if self._redelivery:
             for position in [p for p in self._redelivery if self.cursor.is_acked(p)]:
                 del self._redelivery[position]
+                self._delayed.pop(position, None)
+                self.dead_letters.discard(position)
+                if position in self._stored:
+                    self._forget.append(position)
 
     def _settle_skipped(self) -> None:
         """Put the skipped positions not covered yet into the cursor."""
@@ -217,17 +295,16 @@ class SubscriptionState:
         else:
             for position in held:
                 if not self.cursor.is_acked(position) and position < self.read_position:
-                    self._count_redelivery(position)
-                    self._replay.add(position)
+                    self._requeue(position, 0)  # counted; the nack delay is for nacks
         self.topic.notify()
 
-    def nack(self, positions: Sequence[Position]) -> None:
-        """Redeliver ``positions`` (those delivered and unacknowledged), count + 1."""
+    def nack(self, positions: Sequence[Position], delay_ms: int | None = None) -> None:
+        """Redeliver ``positions`` (those delivered and unacknowledged), count + 1, after
+        ``delay_ms`` (default: the policy's ``nack_delay_ms``; shared and key_shared only)."""
         self._check_positions(positions)
         for position in positions:
             if self._pending.pop(position_key(position), None) is not None:
-                self._count_redelivery(position)
-                self._replay.add(position)
+                self._requeue(position, delay_ms)
         self.topic.notify()
 
     def release(self, positions: Sequence[Position]) -> None:
@@ -272,9 +349,90 @@ class SubscriptionState:
         self._pending_max = -1
         self._replay.clear()
         self._redelivery.clear()
+        self._delayed.clear()
+        self._delay_heap.clear()
+        self.dead_letters.clear()
+        self._dirty.clear()
+        self._forget.clear()
+        if self._stored:
+            self._stored.clear()
+            self._forget_all = True
         self.read_position = start
         self.topic.notify()
 
-    def _count_redelivery(self, position: Position) -> None:
-        self._redelivery[position] = self._redelivery.get(position, 0) + 1
+    def _requeue(self, position: Position, delay_ms: int | None = None) -> None:
+        """Count a release without an ack; then deliver ``position`` again (after a
+        delay), or, past the redelivery limit, leave it to the dead-letter move."""
+        count = self._redelivery[position] = self._redelivery.get(position, 0) + 1
         self.redeliveries += 1
+        policy = self.policy
+        not_before = 0
+        if delay_ms is None:
+            delay_ms = policy.nack_delay_ms
+        if policy.max_redeliveries is not None and count > policy.max_redeliveries:
+            self.dead_letters.add(position)
+            if self.on_dead_letter is not None:
+                self.on_dead_letter()
+        elif delay_ms > 0 and self.type in _DELAYABLE:
+            not_before = _now_ms() + delay_ms
+            self._delay(position, not_before)
+        else:
+            self._replay.add(position)
+        if policy.persistent or position in self._stored:
+            self._dirty[position] = not_before
+
+    def _delay(self, position: Position, not_before_ms: int) -> None:
+        self._delayed[position] = not_before_ms
+        heapq.heappush(self._delay_heap, (not_before_ms, position))
+        if self._delay_timer is None or not_before_ms < self._delay_timer_at:
+            self._arm(not_before_ms)
+
+    def _arm(self, at_ms: int) -> None:
+        """(Re)arm the one timer of this subscription's delays for ``at_ms``."""
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+        if self.closed or self.deleted:
+            return
+        self._delay_timer_at = at_ms
+        self._delay_timer = asyncio.get_running_loop().call_later(
+            max(0.0, (at_ms - _now_ms()) / 1000), self._release_delayed
+        )
+
+    def _release_delayed(self) -> None:
+        """Deliver the delayed positions whose time has come (first in line)."""
+        self._delay_timer = None
+        now = _now_ms()
+        heap, delayed = self._delay_heap, self._delayed
+        released = False
+        while heap and (heap[0][0] <= now or delayed.get(heap[0][1]) != heap[0][0]):
+            at, position = heapq.heappop(heap)
+            if delayed.get(position) != at:
+                continue  # acknowledged, sought past or delayed again since
+            del delayed[position]
+            if not self.cursor.is_acked(position):
+                self._replay.add(position)
+                released = True
+        if heap:
+            self._arm(heap[0][0])
+        if released:
+            self.topic.notify()
+
+    def cancel_timers(self) -> None:
+        """Stop the delay timer (the subscription was deleted or the engine closes)."""
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+
+    def redelivery_count(self, position: Position) -> int:
+        """How many times ``position`` was released without an acknowledgement."""
+        return self._redelivery.get(position, 0)
+
+    @property
+    def delayed(self) -> int:
+        """Messages waiting for their nack delay to pass."""
+        return len(self._delayed)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -139,9 +139,7 @@ class Subscription(SubscriptionState):
         released = [k for k, c in self._pending.items() if c == name]
         for key in released:
             del self._pending[key]
-            position = key_position(key)
-            self._count_redelivery(position)
-            self._replay.add(position)
+            self._requeue(key_position(key), 0)  # an expired delivery: no nack delay
         self.topic.notify()
 
     def expire(self, now: float, expiry: float) -> None:
@@ -407,7 +405,7 @@ class Subscription(SubscriptionState):
                 if self._skip(entry):
                     cursor.ack(position, ledger)
                     continue
-                if cursor.is_acked(position):
+                if cursor.is_acked(position) or self.withheld(position):
                     continue
                 if self._txn_pending(position):
                     self._hold(entry)  # deliverable again if that transaction aborts
@@ -491,7 +489,7 @@ class Subscription(SubscriptionState):
         one pass: one decode of the kept payloads, one message object each, pending
         and cursor updates per batch. False (nothing done) when a row may need the
         per-entry rules (acknowledged already, or held by a transactional ack)."""
-        if self._txn_acks or self._txn_cumulative:
+        if self._txn_acks or self._txn_cumulative or self.dead_letters:
             return False
         first = rows[0]
         cursor = self.cursor

@@ -45,6 +45,8 @@ PARTITIONED_CREATE = "partitioned.create"
 """``(name, partitions, created_ms)``: a partitioned topic (its partitions are topics)"""
 PARTITIONED_DROP = "partitioned.drop"
 """``(name,)``"""
+TOPIC_TTL = "topic.ttl"
+"""``(ttl_ms or None, topic_id)``"""
 PRODUCER = "producer.put"
 TOPIC_DROP_ENTRIES = "topic.drop.entries"
 TOPIC_DROP_LEDGERS = "topic.drop.ledgers"
@@ -58,6 +60,22 @@ SUBSCRIPTION_CREATE = "subscription.create"
 CURSOR = "subscription.cursor"
 SUBSCRIPTION_DROP = "subscription.drop"
 SUBSCRIPTIONS_DROP = "subscription.drop_topic"
+SUBSCRIPTION_POLICY = "subscription.policy"
+"""``(policy or None, topic_id, name)``: the encoded consumer policy"""
+REDELIVERY = "redelivery.put"
+"""``(topic_id, name, ledger_id, entry_id, count, not_before_ms)`` (upsert)"""
+REDELIVERY_DROP = "redelivery.drop"
+"""``(topic_id, name, ledger_id, entry_id)``"""
+REDELIVERIES_DROP = "redelivery.drop_subscription"
+"""``(topic_id, name)``"""
+REDELIVERIES_DROP_TOPIC = "redelivery.drop_topic"
+"""``(topic_id,)``"""
+DELIVERY_TIME = "delivery_time.put"
+"""``(topic_id, ledger_id, entry_id, deliver_at_ms)``"""
+DELIVERY_TIMES_PRUNE = "delivery_time.prune"
+"""``(deliver_at_ms,)``: forget every delivery time at or before it"""
+DELIVERY_TIMES_DROP_TOPIC = "delivery_time.drop_topic"
+"""``(topic_id,)``"""
 # the coordinator
 NEXT_TXN_SEQ = "txn.next_seq"
 TXN = "txn.put"
@@ -261,6 +279,21 @@ class WriteBatch:
         """Forget a partitioned topic (its partitions are dropped as topics)."""
         self.add(PARTITIONED_DROP, (name,))
 
+    def put_ttl(self, topic_id: int, ttl_ms: int | None) -> None:
+        """Store a topic's message TTL in milliseconds (None: messages never expire)."""
+        self.add(TOPIC_TTL, (ttl_ms, topic_id))
+
+    def put_delivery_time(
+        self, topic_id: int, ledger_id: int, entry_id: int, deliver_at_ms: int
+    ) -> None:
+        """Store the time (ms) before which a message is not delivered to shared and
+        key_shared subscriptions."""
+        self.add(DELIVERY_TIME, (topic_id, ledger_id, entry_id, deliver_at_ms))
+
+    def prune_delivery_times(self, upto_ms: int) -> None:
+        """Forget the delivery times at or before ``upto_ms`` (they have passed)."""
+        self.add(DELIVERY_TIMES_PRUNE, (upto_ms,))
+
     def drop_topic(self, topic_id: int) -> None:
         """Delete a topic's row and its log: entries, ledgers, aborted index, producers."""
         for op in (
@@ -268,6 +301,7 @@ class WriteBatch:
             TOPIC_DROP_LEDGERS,
             TOPIC_DROP_ABORTED,
             TOPIC_DROP_PRODUCERS,
+            DELIVERY_TIMES_DROP_TOPIC,
             TOPIC_DROP,
         ):
             self.add(op, (topic_id,))
@@ -296,12 +330,39 @@ class WriteBatch:
         self.add(CURSOR, (cursor, topic_id, name))
 
     def drop_subscription(self, topic_id: int, name: str) -> None:
-        """Delete a subscription."""
+        """Delete a subscription (and its redelivery state)."""
         self.add(SUBSCRIPTION_DROP, (topic_id, name))
+        self.add(REDELIVERIES_DROP, (topic_id, name))
 
     def drop_subscriptions(self, topic_id: int) -> None:
-        """Delete every subscription of a topic."""
+        """Delete every subscription of a topic (and their redelivery state)."""
         self.add(SUBSCRIPTIONS_DROP, (topic_id,))
+        self.add(REDELIVERIES_DROP_TOPIC, (topic_id,))
+
+    def put_subscription_policy(self, topic_id: int, name: str, policy: bytes | None) -> None:
+        """Store a subscription's encoded consumer policy (None: the defaults)."""
+        self.add(SUBSCRIPTION_POLICY, (policy, topic_id, name))
+
+    def put_redelivery(
+        self,
+        topic_id: int,
+        name: str,
+        ledger_id: int,
+        entry_id: int,
+        count: int,
+        not_before_ms: int,
+    ) -> None:
+        """Upsert a position's redelivery state on a subscription: how many times it was
+        released unacknowledged, and the time (ms) before which it is not delivered."""
+        self.add(REDELIVERY, (topic_id, name, ledger_id, entry_id, count, not_before_ms))
+
+    def drop_redelivery(self, topic_id: int, name: str, ledger_id: int, entry_id: int) -> None:
+        """Forget a position's redelivery state (it was acknowledged)."""
+        self.add(REDELIVERY_DROP, (topic_id, name, ledger_id, entry_id))
+
+    def drop_redeliveries(self, topic_id: int, name: str) -> None:
+        """Forget every position's redelivery state on a subscription (a seek)."""
+        self.add(REDELIVERIES_DROP, (topic_id, name))
 
     def put_store_meta(self, key: str, value: str | int) -> None:
         """Set one of the store's own settings (see :meth:`Store.store_meta`)."""

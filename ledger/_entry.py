@@ -65,6 +65,9 @@ class OutgoingMessage:
     value: Any
     key: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    deliver_at_ms: int | None = None
+    """Not delivered to shared and key_shared subscriptions before this time
+    (milliseconds since the epoch; Pulsar's ``deliverAt``); None: at once."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,8 @@ CREATE TABLE topics (
     name       TEXT NOT NULL UNIQUE,
     created_ms BIGINT NOT NULL,
     retention  BYTEA,
-    offload    BYTEA
+    offload    BYTEA,
+    ttl_ms     BIGINT  -- the message TTL (NULL: messages never expire)
 );
 
 -- entries/bytes are NULL while a ledger is open; set when it is sealed. location: 'local'
@@ -126,7 +127,29 @@ CREATE TABLE subscriptions (
     isolation  TEXT NOT NULL,
     cursor     BYTEA NOT NULL,
     created_ms BIGINT NOT NULL,
+    policy     BYTEA,  -- the consumer policy (redelivery limit, dead letters, nack delay)
     PRIMARY KEY (topic_id, name)
+);
+
+-- how often a position was released unacknowledged, and not before when it is delivered
+-- again (a delayed nack): what a redelivery limit must remember across a restart
+CREATE TABLE redeliveries (
+    topic_id      BIGINT NOT NULL,
+    name          TEXT NOT NULL,
+    ledger_id     BIGINT NOT NULL,
+    entry_id      BIGINT NOT NULL,
+    count         BIGINT NOT NULL,
+    not_before_ms BIGINT NOT NULL,
+    PRIMARY KEY (topic_id, name, ledger_id, entry_id)
+);
+
+-- messages sent with a delivery time (deliverAt/deliverAfter), until that time passes
+CREATE TABLE delivery_times (
+    topic_id      BIGINT NOT NULL,
+    ledger_id     BIGINT NOT NULL,
+    entry_id      BIGINT NOT NULL,
+    deliver_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (topic_id, ledger_id, entry_id)
 );
 
 -- reason: why it ended (client, timeout, fenced, low_watermark); owner: the principal

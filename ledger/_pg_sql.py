@@ -97,6 +97,21 @@ WRITES: dict[str, str] = {
     op.PARTITIONED_CREATE: "INSERT INTO partitioned_topics (name, partitions, created_ms)"
     " VALUES (%s, %s, %s)",
     op.PARTITIONED_DROP: "DELETE FROM partitioned_topics WHERE name = %s",
+    op.TOPIC_TTL: "UPDATE topics SET ttl_ms = %s WHERE topic_id = %s",
+    op.SUBSCRIPTION_POLICY: "UPDATE subscriptions SET policy = %s"
+    " WHERE topic_id = %s AND name = %s",
+    op.REDELIVERY: "INSERT INTO redeliveries (topic_id, name, ledger_id, entry_id, count,"
+    " not_before_ms) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (topic_id, name, ledger_id,"
+    " entry_id) DO UPDATE SET count = EXCLUDED.count, not_before_ms = EXCLUDED.not_before_ms",
+    op.REDELIVERY_DROP: "DELETE FROM redeliveries WHERE topic_id = %s AND name = %s"
+    " AND ledger_id = %s AND entry_id = %s",
+    op.REDELIVERIES_DROP: "DELETE FROM redeliveries WHERE topic_id = %s AND name = %s",
+    op.REDELIVERIES_DROP_TOPIC: "DELETE FROM redeliveries WHERE topic_id = %s",
+    op.DELIVERY_TIME: "INSERT INTO delivery_times (topic_id, ledger_id, entry_id,"
+    " deliver_at_ms) VALUES (%s, %s, %s, %s) ON CONFLICT (topic_id, ledger_id, entry_id)"
+    " DO UPDATE SET deliver_at_ms = EXCLUDED.deliver_at_ms",
+    op.DELIVERY_TIMES_PRUNE: "DELETE FROM delivery_times WHERE deliver_at_ms <= %s",
+    op.DELIVERY_TIMES_DROP_TOPIC: "DELETE FROM delivery_times WHERE topic_id = %s",
     # subscriptions
     op.SUBSCRIPTION_CREATE: "INSERT INTO subscriptions (topic_id, name, type, isolation,"
     " cursor, created_ms) VALUES (%s, %s, %s, %s, %s, %s)",
@@ -175,6 +190,19 @@ LEDGER_ABORTED = (
 
 TOPICS = "SELECT topic_id, name, created_ms, retention, offload FROM topics ORDER BY topic_id"
 PARTITIONED = "SELECT name, partitions, created_ms FROM partitioned_topics ORDER BY name"
+SUBSCRIPTION_POLICIES = (
+    "SELECT topic_id, name, policy FROM subscriptions WHERE policy IS NOT NULL"
+    " ORDER BY topic_id, name"
+)
+REDELIVERIES = (
+    "SELECT topic_id, name, ledger_id, entry_id, count, not_before_ms FROM redeliveries"
+    " ORDER BY topic_id, name, ledger_id, entry_id"
+)
+DELIVERY_TIMES = (
+    "SELECT topic_id, ledger_id, entry_id, deliver_at_ms FROM delivery_times"
+    " WHERE deliver_at_ms > %s ORDER BY topic_id, ledger_id, entry_id"
+)
+TOPIC_TTLS = "SELECT topic_id, ttl_ms FROM topics WHERE ttl_ms IS NOT NULL ORDER BY topic_id"
 NEXT_TOPIC_ID = (
     "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
     " (SELECT value FROM meta WHERE key = 'next_topic_id')"

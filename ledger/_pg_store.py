@@ -348,6 +348,18 @@ class PgStore(Store):
     async def partitioned_rows(self) -> list[Row]:
         return await self.read(sql.PARTITIONED)
 
+    async def subscription_policy_rows(self) -> list[Row]:
+        return await self.read(sql.SUBSCRIPTION_POLICIES)
+
+    async def redelivery_rows(self) -> list[Row]:
+        return await self.read(sql.REDELIVERIES)
+
+    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
+        return await self.read(sql.DELIVERY_TIMES, (after_ms,))
+
+    async def topic_ttl_rows(self) -> list[Row]:
+        return await self.read(sql.TOPIC_TTLS)
+
     async def next_topic_id(self) -> int:
         highest, reserved = (await self.read(sql.NEXT_TOPIC_ID))[0]
         return max(int(highest) + 1, int(reserved or 0))

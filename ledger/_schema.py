@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
@@ -161,6 +161,31 @@ CREATE TABLE IF NOT EXISTS partitioned_topics (
     name       TEXT PRIMARY KEY,
     partitions INTEGER NOT NULL,
     created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+""",
+    # consumer policies: a topic's message TTL, a subscription's encoded policy (redelivery
+    # limit, dead-letter topic, nack delay), and the redelivery state that must outlive a
+    # restart: how often a position was released unacknowledged, and not before when it
+    # is delivered again (a delayed nack); and the delivery times messages were sent with
+    7: """
+ALTER TABLE topics ADD COLUMN ttl_ms INTEGER;
+ALTER TABLE subscriptions ADD COLUMN policy BLOB;
+CREATE TABLE IF NOT EXISTS redeliveries (
+    topic_id      INTEGER NOT NULL,
+    name          TEXT NOT NULL,
+    ledger_id     INTEGER NOT NULL,
+    entry_id      INTEGER NOT NULL,
+    count         INTEGER NOT NULL,
+    not_before_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, name, ledger_id, entry_id)
+) WITHOUT ROWID;
+-- messages sent with a delivery time (deliverAt/deliverAfter), until that time passes
+CREATE TABLE IF NOT EXISTS delivery_times (
+    topic_id      INTEGER NOT NULL,
+    ledger_id     INTEGER NOT NULL,
+    entry_id      INTEGER NOT NULL,
+    deliver_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, ledger_id, entry_id)
 ) WITHOUT ROWID;
 """,
 }

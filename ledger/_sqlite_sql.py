@@ -43,6 +43,7 @@ WRITES: dict[str, str] = {
     op.PARTITIONED_CREATE: "INSERT INTO partitioned_topics (name, partitions, created_ms)"
     " VALUES (?, ?, ?)",
     op.PARTITIONED_DROP: "DELETE FROM partitioned_topics WHERE name = ?",
+    op.TOPIC_TTL: "UPDATE topics SET ttl_ms = ? WHERE topic_id = ?",
     op.PRODUCER: "INSERT OR REPLACE INTO producers (topic_id, producer, last_seq, positions)"
     " VALUES (?, ?, ?, ?)",
     op.TOPIC_DROP_ENTRIES: "DELETE FROM entries WHERE topic_id = ?",
@@ -56,6 +57,17 @@ WRITES: dict[str, str] = {
     op.CURSOR: "UPDATE subscriptions SET cursor = ? WHERE topic_id = ? AND name = ?",
     op.SUBSCRIPTION_DROP: "DELETE FROM subscriptions WHERE topic_id = ? AND name = ?",
     op.SUBSCRIPTIONS_DROP: "DELETE FROM subscriptions WHERE topic_id = ?",
+    op.SUBSCRIPTION_POLICY: "UPDATE subscriptions SET policy = ? WHERE topic_id = ? AND name = ?",
+    op.REDELIVERY: "INSERT OR REPLACE INTO redeliveries (topic_id, name, ledger_id, entry_id,"
+    " count, not_before_ms) VALUES (?, ?, ?, ?, ?, ?)",
+    op.REDELIVERY_DROP: "DELETE FROM redeliveries WHERE topic_id = ? AND name = ?"
+    " AND ledger_id = ? AND entry_id = ?",
+    op.REDELIVERIES_DROP: "DELETE FROM redeliveries WHERE topic_id = ? AND name = ?",
+    op.REDELIVERIES_DROP_TOPIC: "DELETE FROM redeliveries WHERE topic_id = ?",
+    op.DELIVERY_TIME: "INSERT OR REPLACE INTO delivery_times (topic_id, ledger_id, entry_id,"
+    " deliver_at_ms) VALUES (?, ?, ?, ?)",
+    op.DELIVERY_TIMES_PRUNE: "DELETE FROM delivery_times WHERE deliver_at_ms <= ?",
+    op.DELIVERY_TIMES_DROP_TOPIC: "DELETE FROM delivery_times WHERE topic_id = ?",
     # the coordinator
     op.NEXT_TXN_SEQ: "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_txn_seq', ?)",
     op.STORE_META: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
@@ -136,6 +148,16 @@ PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id 
 # -- reads: subscriptions ----------------------------------------------------------------
 
 SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+SUBSCRIPTION_POLICIES = "SELECT topic_id, name, policy FROM subscriptions WHERE policy IS NOT NULL"
+REDELIVERIES = (
+    "SELECT topic_id, name, ledger_id, entry_id, count, not_before_ms FROM redeliveries"
+    " ORDER BY topic_id, name, ledger_id, entry_id"
+)
+DELIVERY_TIMES = (
+    "SELECT topic_id, ledger_id, entry_id, deliver_at_ms FROM delivery_times"
+    " WHERE deliver_at_ms > ?"
+)
+TOPIC_TTLS = "SELECT topic_id, ttl_ms FROM topics WHERE ttl_ms IS NOT NULL"
 
 # -- reads: the coordinator --------------------------------------------------------------
 

@@ -334,6 +334,18 @@ class SqliteStore(Store):
     async def subscription_rows(self) -> list[Row]:
         return await self.read(sql.SUBSCRIPTIONS)
 
+    async def subscription_policy_rows(self) -> list[Row]:
+        return await self.read(sql.SUBSCRIPTION_POLICIES)
+
+    async def redelivery_rows(self) -> list[Row]:
+        return await self.read(sql.REDELIVERIES)
+
+    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
+        return await self.read(sql.DELIVERY_TIMES, (after_ms,))
+
+    async def topic_ttl_rows(self) -> list[Row]:
+        return await self.read(sql.TOPIC_TTLS)
+
     async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
         return dict(await self.read(sql.STORE_META, (json.dumps(list(keys)),)))
 

@@ -6,9 +6,10 @@ exists above ``ledger/`` (``tests/test_storage_seam.py`` checks it):
 * **Writes** are typed operations queued on a :class:`~txnstream.ledger.WriteBatch`, by
   domain: the log (``insert_entry``, ``insert_entries``, ``open_ledger``,
   ``seal_ledger``, ``trim_ledgers``, ``move_ledger_remote``, ``put_aborted``), the
-  catalog (``create_topic``, ``put_retention``, ``put_offload_policy``, ``drop_topic``,
-  ``put_producer``), subscriptions (``create_subscription``, ``put_cursor``,
-  ``drop_subscription``), the coordinator (``reserve_txn_seqs``, ``record_txn``,
+  catalog (``create_topic``, ``put_retention``, ``put_offload_policy``, ``put_ttl``,
+  ``drop_topic``, ``put_producer``), subscriptions (``create_subscription``,
+  ``put_cursor``, ``put_subscription_policy``, ``put_redelivery``, ``drop_subscription``),
+  the coordinator (``reserve_txn_seqs``, ``record_txn``,
   ``put_finish_key``, ``prune_txns``) and snapshots (``put_snapshot``,
   ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
 * **Reads** are typed coroutines of the store, by the same domains (``ledger_rows``,
@@ -704,6 +705,24 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def subscription_rows(self) -> list[Row]:
         """Every subscription: ``(topic_id, name, type, isolation, cursor, created_ms)``."""
+
+    @abc.abstractmethod
+    async def subscription_policy_rows(self) -> list[Row]:
+        """Every subscription with a consumer policy: ``(topic_id, name, policy)``."""
+
+    @abc.abstractmethod
+    async def redelivery_rows(self) -> list[Row]:
+        """Every stored redelivery state: ``(topic_id, name, ledger_id, entry_id, count,
+        not_before_ms)``, by subscription and position."""
+
+    @abc.abstractmethod
+    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
+        """Every stored delivery time later than ``after_ms``: ``(topic_id, ledger_id,
+        entry_id, deliver_at_ms)``."""
+
+    @abc.abstractmethod
+    async def topic_ttl_rows(self) -> list[Row]:
+        """Every topic with a message TTL: ``(topic_id, ttl_ms)``."""
 
     # -- reads: the coordinator ----------------------------------------------------
     # An ended row is (seq, state, timeout_ms, deadline_ms, label, fenced, topics,

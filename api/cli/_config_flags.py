@@ -49,6 +49,7 @@ HELP = {
     "ended_txn_retention": "Seconds ended transactions are remembered (idempotent ends).",
     "max_pending_entries": "Backpressure: appends wait while this many await their commit.",
     "retention_check_interval": "Seconds between retention passes.",
+    "ttl_check_interval": "Seconds between message TTL passes (topics with a TTL).",
     "min_free_bytes": "Refuse new data (507) while the disk has less free space; 0: off.",
     "auto_recover": "Reopen and recover in place after a storage failure.",
     "offload_url": "Object store for offloaded ledgers: a directory (file:///dir or a"

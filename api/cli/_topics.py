@@ -1,4 +1,4 @@
-"""``txnstream topics create|list|delete|stats|retention``."""
+"""``txnstream topics create|list|delete|stats|retention|ttl``."""
 
 from __future__ import annotations
 
@@ -96,6 +96,8 @@ def topics_stats(
         typer.echo("blocking_txn: -")
     typer.echo(f"ledgers: {data.get('ledgers')}  entries: {data.get('entries')}")
     typer.echo(f"retention: {_shown(data.get('retention'))}")
+    ttl_ms = data.get("ttl_ms")
+    typer.echo(f"message ttl: {'off' if ttl_ms is None else f'{ttl_ms} ms'}")
     snapshot = data.get("snapshot")
     if snapshot:
         typer.echo(f"snapshot: {snapshot.get('position')} at {snapshot.get('taken_at')}")
@@ -172,3 +174,34 @@ def topics_retention(
         )
     else:
         typer.echo(f"retention of {name}: {_shown(data)}")
+
+
+@topics_app.command("ttl")
+def topics_ttl(
+    name: TopicArg,
+    ttl: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[DURATION]",
+            help="Acknowledge messages older than this for every subscription (30s, 1h, 7d);"
+            " off: never. Without it, shows the TTL.",
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show or set topic NAME's message TTL (Pulsar's): unacknowledged messages older than
+    it are acknowledged for every subscription by a pass every --ttl-check-interval."""
+    given, ttl_ms = _limit(ttl, parse_duration_ms, "DURATION")
+    if ttl_ms == 0:
+        usage("the TTL must be longer than 0 (off: never)")
+    with connect(url, token) as client:
+        if given:
+            ttl_ms = client.set_ttl(name, ttl_ms).get("ttl_ms")
+        else:
+            ttl_ms = client.stats(name).get("ttl_ms")
+    if as_json:
+        print_json({"topic": name, "ttl_ms": ttl_ms})
+    else:
+        typer.echo(f"message TTL of {name}: {'off' if ttl_ms is None else f'{ttl_ms} ms'}")

@@ -222,8 +222,18 @@ def create_subscription(
     type: str | None,
     initial_position: str | None,
     isolation: str | None,
+    max_redeliveries: int | None = None,
+    dead_letter_topic: str | None = None,
+    nack_delay_ms: int | None = None,
 ) -> Call[bool]:
-    body = _fields(type=type, initial_position=initial_position, isolation=isolation)
+    body = _fields(
+        type=type,
+        initial_position=initial_position,
+        isolation=isolation,
+        max_redeliveries=max_redeliveries,
+        dead_letter_topic=dead_letter_topic,
+        nack_delay_ms=nack_delay_ms,
+    )
     return Call("PUT", _sub(topic, subscription), _created, json=body)
 
 
@@ -254,8 +264,12 @@ def ack(
     return Call("POST", f"{_sub(topic, subscription)}/ack", _body, json=body)
 
 
-def nack(topic: str, subscription: str, positions: Sequence[PositionLike]) -> Call[Body]:
-    body = {"positions": [str(p) for p in positions]}
+def nack(
+    topic: str, subscription: str, positions: Sequence[PositionLike], delay_ms: int | None = None
+) -> Call[Body]:
+    body: Body = {"positions": [str(p) for p in positions]}
+    if delay_ms is not None:
+        body["delay_ms"] = delay_ms
     return Call("POST", f"{_sub(topic, subscription)}/nack", _body, json=body)
 
 
@@ -290,6 +304,10 @@ def fetch(
 def set_retention(topic: str, time_ms: int | None, size_bytes: int | None) -> Call[Body]:
     body = {"time_ms": time_ms, "size_bytes": size_bytes}
     return Call("PUT", f"{_topic(topic)}/retention", _body, json=body)
+
+
+def set_ttl(topic: str, ttl_ms: int | None) -> Call[Body]:
+    return Call("PUT", f"{_topic(topic)}/ttl", _body, json={"ttl_ms": ttl_ms})
 
 
 def list_ledgers(topic: str) -> Call[list[Body]]:

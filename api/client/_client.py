@@ -196,10 +196,23 @@ class Client(_Settings):
         type: str | None = None,
         initial_position: str | None = None,
         isolation: str | None = None,
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
     ) -> bool:
-        """Create the subscription; True if created, False if it existed alike."""
+        """Create the subscription; True if created, False if it existed alike (the
+        consumer policy fields, if given, replace an existing one's policy)."""
         return self._send(
-            calls.create_subscription(topic, subscription, type, initial_position, isolation)
+            calls.create_subscription(
+                topic,
+                subscription,
+                type,
+                initial_position,
+                isolation,
+                max_redeliveries,
+                dead_letter_topic,
+                nack_delay_ms,
+            )
         )
 
     def list_subscriptions(self, topic: str) -> dict[str, Body]:
@@ -235,9 +248,16 @@ class Client(_Settings):
         """Acknowledge ``positions`` (with ``txn``: when it commits)."""
         return self._send(calls.ack(topic, subscription, positions, cumulative, txn))
 
-    def nack(self, topic: str, subscription: str, positions: Sequence[PositionLike]) -> Body:
-        """Redeliver ``positions``."""
-        return self._send(calls.nack(topic, subscription, positions))
+    def nack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: Sequence[PositionLike],
+        *,
+        delay_ms: int | None = None,
+    ) -> Body:
+        """Redeliver ``positions`` (after ``delay_ms``: shared and key_shared only)."""
+        return self._send(calls.nack(topic, subscription, positions, delay_ms))
 
     def seek(
         self,
@@ -269,6 +289,10 @@ class Client(_Settings):
     ) -> Body:
         """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
         return self._send(calls.set_retention(topic, time_ms, size_bytes))
+
+    def set_ttl(self, topic: str, ttl_ms: int | None) -> Body:
+        """Set ``topic``'s message TTL (None: messages never expire)."""
+        return self._send(calls.set_ttl(topic, ttl_ms))
 
     def list_ledgers(self, topic: str) -> list[Body]:
         """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""
@@ -400,10 +424,23 @@ class AsyncClient(_Settings):
         type: str | None = None,
         initial_position: str | None = None,
         isolation: str | None = None,
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
     ) -> bool:
-        """Create the subscription; True if created, False if it existed alike."""
+        """Create the subscription; True if created, False if it existed alike (the
+        consumer policy fields, if given, replace an existing one's policy)."""
         return await self._send(
-            calls.create_subscription(topic, subscription, type, initial_position, isolation)
+            calls.create_subscription(
+                topic,
+                subscription,
+                type,
+                initial_position,
+                isolation,
+                max_redeliveries,
+                dead_letter_topic,
+                nack_delay_ms,
+            )
         )
 
     async def list_subscriptions(self, topic: str) -> dict[str, Body]:
@@ -439,9 +476,16 @@ class AsyncClient(_Settings):
         """Acknowledge ``positions`` (with ``txn``: when it commits)."""
         return await self._send(calls.ack(topic, subscription, positions, cumulative, txn))
 
-    async def nack(self, topic: str, subscription: str, positions: Sequence[PositionLike]) -> Body:
-        """Redeliver ``positions``."""
-        return await self._send(calls.nack(topic, subscription, positions))
+    async def nack(
+        self,
+        topic: str,
+        subscription: str,
+        positions: Sequence[PositionLike],
+        *,
+        delay_ms: int | None = None,
+    ) -> Body:
+        """Redeliver ``positions`` (after ``delay_ms``: shared and key_shared only)."""
+        return await self._send(calls.nack(topic, subscription, positions, delay_ms))
 
     async def seek(
         self,
@@ -473,6 +517,10 @@ class AsyncClient(_Settings):
     ) -> Body:
         """Set what retention deletes from ``topic`` (None: no limit of that kind)."""
         return await self._send(calls.set_retention(topic, time_ms, size_bytes))
+
+    async def set_ttl(self, topic: str, ttl_ms: int | None) -> Body:
+        """Set ``topic``'s message TTL (None: messages never expire)."""
+        return await self._send(calls.set_ttl(topic, ttl_ms))
 
     async def list_ledgers(self, topic: str) -> list[Body]:
         """The topic's ledgers, oldest first (``ledger``, ``entries``, ``bytes``, ...)."""

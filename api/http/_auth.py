@@ -247,6 +247,7 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         ("PUT", _TOPIC + "/offload", "set_offload"),
         ("POST", _TOPIC + "/offload/run", "run_offload"),
         ("PUT", _TOPIC + "/retention", "set_retention"),
+        ("PUT", _TOPIC + "/ttl", "set_ttl"),
         ("PUT", _SUB, "create_subscription"),
         ("DELETE", _SUB, "delete_subscription"),
         ("GET", _SUB + "/messages", "receive"),

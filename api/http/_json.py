@@ -229,4 +229,4 @@ def outgoing(message: MessageIn, max_message_bytes: int) -> OutgoingMessage:
             raise InvalidArgumentError(f"value_b64 is not valid base64: {exc}") from None
     else:
         value = message.value
-    return OutgoingMessage(value, message.key, message.properties or {})
+    return OutgoingMessage(value, message.key, message.properties or {}, message.deliver_at_ms())

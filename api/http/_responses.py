@@ -81,6 +81,15 @@ class RetentionResponse(BaseModel):
     size_bytes: int | None = Field(description="Size limit of the topic (null: none).")
 
 
+class TtlResponse(BaseModel):
+    """``PUT /v1/topics/{topic}/ttl``: the message TTL now in force."""
+
+    model_config = _examples({"topic": "orders", "ttl_ms": 3600000})
+
+    topic: str = Field(description="The topic's name.")
+    ttl_ms: int | None = Field(description="The message TTL (null: messages never expire).")
+
+
 class RetentionInfo(BaseModel):
     """A topic's retention in its stats: its own, else the server's default."""
 
@@ -149,6 +158,21 @@ class SubscriptionStats(BaseModel):
     )
     redeliveries: int = Field(
         default=0, description="Messages released for redelivery since the server started."
+    )
+    max_redeliveries: int | None = Field(
+        default=None,
+        description="The redelivery limit: past it a message moves to the dead-letter topic"
+        " (null: none).",
+    )
+    dead_letter_topic: str | None = Field(
+        default=None, description="Where messages past the redelivery limit go."
+    )
+    nack_delay_ms: int = Field(
+        default=0, description="How long a nacked message waits before its redelivery."
+    )
+    delayed: int = Field(default=0, description="Nacked messages waiting for their delay.")
+    dead_letters: int = Field(
+        default=0, description="Messages past the limit waiting for their dead-letter move."
     )
 
 
@@ -244,6 +268,11 @@ class StatsResponse(BaseModel):
     subscriptions: dict[str, SubscriptionStats] = Field(description="Subscriptions by name.")
     offloaded_ledgers: int = Field(0, description="Ledgers in the object store.")
     offloaded_bytes: int = Field(0, description="Bytes of their objects.")
+    ttl_ms: int | None = Field(
+        default=None,
+        description="The message TTL: older unacknowledged messages are acknowledged for"
+        " every subscription (null: never).",
+    )
     retention: RetentionInfo | None = Field(
         default=None, description="What retention deletes (null: everything is kept)."
     )
@@ -470,6 +499,17 @@ class SubscriptionResponse(BaseModel):
     isolation: Isolation = Field(description="Its isolation level.")
     initial_position: InitialPosition = Field(description="Where it started when created.")
     created: bool = Field(description="False when it existed with the same settings.")
+    max_redeliveries: int | None = Field(
+        default=None,
+        description="The redelivery limit: past it a message moves to the dead-letter topic"
+        " (null: none).",
+    )
+    dead_letter_topic: str | None = Field(
+        default=None, description="Where messages past the redelivery limit go."
+    )
+    nack_delay_ms: int = Field(
+        default=0, description="How long a nacked message waits before its redelivery."
+    )
 
 
 class SubscriptionDeletedResponse(BaseModel):

@@ -10,6 +10,7 @@ are what ``/docs`` shows.
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, cast
 
@@ -33,6 +34,8 @@ FETCH_FROM_PATTERN = r"^(?:earliest|(?:0|[1-9][0-9]{0,17}):(?:0|[1-9][0-9]{0,17}
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 MAX_SEQUENCE = 2**63 - 1
+MAX_DELIVERY_DELAY_MS = 366 * 86_400_000  # as the engine's
+MAX_NACK_DELAY_MS = 7 * 86_400_000  # as the engine's (txnstream.dispatcher.MAX_NACK_DELAY_MS)
 MAX_TXN_TIMEOUT_MS = 900_000
 
 SubscriptionType = Literal["exclusive", "failover", "shared", "key_shared"]
@@ -53,6 +56,7 @@ ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 TxnIdStr = Annotated[StrictStr, Field(max_length=200, examples=["txn-17"])]
 Properties = dict[StrictStr, StrictStr]
+TopicNameStr = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
 
 POSITION_TEXT = "A position 'L:E' (ledger id, entry id)."
 TXN_TEXT = "A transaction id as returned by begin (opaque; never reused)."
@@ -111,6 +115,22 @@ class MessageIn(_Request):
     ] = Field(default="", description="Bytes, standard base64 with padding.")
     key: StrictStr | None = Field(default=None, description=KEY_TEXT)
     properties: Properties | None = Field(default=None, description=PROPERTIES_TEXT)
+    deliver_after_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_DELIVERY_DELAY_MS,
+            description="Shared and key_shared subscriptions deliver the message no earlier"
+            " than this long after it is stored (Pulsar's deliverAfter); exclusive and"
+            " failover ones deliver in order, at once.",
+        ),
+    ] = None
+    deliver_at: StrictStr | None = Field(
+        default=None,
+        description="As deliver_after_ms, at an ISO 8601 time (UTC when it names no offset;"
+        " Pulsar's deliverAt); at most a year ahead.",
+        examples=["2026-11-27T04:00:00Z"],
+    )
 
     @model_validator(mode="after")
     def _exactly_one_value(self) -> MessageIn:
@@ -118,7 +138,21 @@ class MessageIn(_Request):
         has_b64 = "value_b64" in self.model_fields_set
         if has_value == has_b64:
             raise ValueError("each message needs exactly one of 'value' and 'value_b64'")
+        if self.deliver_at is not None:
+            if self.deliver_after_ms is not None:
+                raise ValueError("give deliver_after_ms or deliver_at, not both")
+            moment = parse_timestamp(self.deliver_at)
+            if moment.timestamp() * 1000 > time.time() * 1000 + MAX_DELIVERY_DELAY_MS:
+                raise ValueError("deliver_at lies more than a year ahead")
         return self
+
+    def deliver_at_ms(self) -> int | None:
+        """The delivery time in ms since the epoch (None: at once)."""
+        if self.deliver_after_ms:
+            return time.time_ns() // 1_000_000 + self.deliver_after_ms
+        if self.deliver_at is not None:
+            return int(parse_timestamp(self.deliver_at).timestamp() * 1000)
+        return None
 
 
 class ProduceRequest(_Request):
@@ -217,6 +251,32 @@ class SubscriptionRequest(_Request):
         description="read_committed (decided data only, up to the stable position) or"
         " read_uncommitted (up to last confirmed).",
     )
+    max_redeliveries: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=1_000_000,
+            description="A message delivered max_redeliveries + 1 times without an ack (nacks"
+            " and expired deliveries count) moves to the dead-letter topic, atomically with"
+            " its ack; null: no limit. Given for an existing subscription, it replaces the"
+            " policy.",
+        ),
+    ] = None
+    dead_letter_topic: TopicNameStr | None = Field(
+        default=None,
+        description="Where such messages go (default '{topic}-{subscription}-DLQ', created"
+        " when needed); their properties name origin_topic, origin_subscription,"
+        " origin_position and redelivery_count.",
+    )
+    nack_delay_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_NACK_DELAY_MS,
+            description="How long a nacked message waits before it is delivered again (shared"
+            " and key_shared; exclusive and failover redeliver at once, in order).",
+        ),
+    ] = None
 
 
 class AckRequest(_Request):
@@ -241,11 +301,22 @@ class AckRequest(_Request):
 class NackRequest(_Request):
     """Body of ``POST .../nack``."""
 
-    model_config = _examples({"positions": ["0:3"]}, strict=True)
+    model_config = _examples(
+        {"positions": ["0:3"]}, {"positions": ["0:3"], "delay_ms": 5000}, strict=True
+    )
 
     positions: list[PositionStr] = Field(
         description="Delivered positions to redeliver (their redelivery_count goes up by one)."
     )
+    delay_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            le=MAX_NACK_DELAY_MS,
+            description="Deliver them again after this long (default: the subscription's"
+            " nack_delay_ms; shared and key_shared only).",
+        ),
+    ] = None
 
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -346,12 +417,33 @@ class RetentionRequest(_Request):
     ] = None
 
 
+MAX_TTL_MS = 10 * 365 * 86_400_000
+
+
+class TtlRequest(_Request):
+    """Body of ``PUT /v1/topics/{topic}/ttl``: null is no TTL."""
+
+    model_config = _examples({"ttl_ms": 3600000}, {"ttl_ms": None}, strict=True)
+
+    ttl_ms: Annotated[
+        StrictInt | None,
+        Field(
+            ge=1,
+            le=MAX_TTL_MS,
+            description="Unacknowledged messages older than this are acknowledged for every"
+            " subscription (a pass every ttl_check_interval seconds); null: never.",
+        ),
+    ]
+
+
 class TopicRequest(RetentionRequest):
     """Optional body of ``PUT /v1/topics/{topic}``: the topic's retention, as
-    ``PUT .../retention`` takes it (applied whether or not the topic existed), and its
-    partition count for a partitioned topic."""
+    ``PUT .../retention`` takes it, its message TTL (applied whether or not the topic
+    existed), and its partition count for a partitioned topic."""
 
-    model_config = _examples({}, {"time_ms": 604800000}, {"partitions": 4}, strict=True)
+    model_config = _examples(
+        {}, {"time_ms": 604800000}, {"partitions": 4}, {"ttl_ms": 3600000}, strict=True
+    )
 
     partitions: Annotated[
         StrictInt | None,
@@ -363,6 +455,16 @@ class TopicRequest(RetentionRequest):
             " partitioner) or round-robin, subscribed to as one. Absent: a plain topic.",
         ),
     ] = None
+    ttl_ms: Annotated[
+        StrictInt | None,
+        Field(ge=1, le=MAX_TTL_MS, description="The message TTL, as PUT .../ttl takes it."),
+    ] = None
+
+    def ttl(self) -> TtlRequest | None:
+        """The TTL the body sets, if it names one."""
+        if "ttl_ms" not in self.model_fields_set:
+            return None
+        return TtlRequest(ttl_ms=self.ttl_ms)
 
     def retention(self) -> RetentionRequest | None:
         """The retention the body sets, if it names any."""

@@ -61,8 +61,12 @@ async def create_subscription(
         type=req.type,
         initial_position=req.initial_position,
         isolation=req.isolation,
+        max_redeliveries=req.max_redeliveries,
+        dead_letter_topic=req.dead_letter_topic,
+        nack_delay_ms=req.nack_delay_ms,
         principal=principal_of(request),
     )
+    policy = await engine.subscription_policy(topic, sub)
     return ok(
         {
             "topic": topic,
@@ -71,6 +75,7 @@ async def create_subscription(
             "isolation": req.isolation,
             "initial_position": req.initial_position,
             "created": created,
+            **policy,
         },
         201 if created else 200,
     )
@@ -135,10 +140,11 @@ async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request
 
 @router.post(f"{_SUBSCRIPTION}/nack", response_model=NackResponse, responses=responses(404))
 async def nack(topic: TopicName, sub: SubName, body: NackRequest, request: Request) -> Response:
-    """Ask for redelivery of positions (``redelivery_count`` + 1)."""
+    """Ask for redelivery of positions (``redelivery_count`` + 1), after ``delay_ms`` if
+    given (else the subscription's ``nack_delay_ms``; shared and key_shared only)."""
     engine = engine_of(request)
     positions = list(body.positions)  # "L:E" ("L:E:P" on a partitioned topic): parsed there
-    await engine.nack(topic, sub, positions)
+    await engine.nack(topic, sub, positions, delay_ms=body.delay_ms)
     return ok({"nacked": len(positions)})
 
 

@@ -17,8 +17,9 @@ from ._responses import (
     TopicDeletedResponse,
     TopicListResponse,
     TopicResponse,
+    TtlResponse,
 )
-from ._schemas import RetentionRequest, TopicRequest
+from ._schemas import RetentionRequest, TopicRequest, TtlRequest
 
 router = APIRouter(tags=["topics"])
 
@@ -32,15 +33,18 @@ router = APIRouter(tags=["topics"])
 async def create_topic(
     topic: TopicName, request: Request, body: Annotated[TopicRequest | None, Body()] = None
 ) -> Response:
-    """Create a topic: 201 when created, 200 when it existed; a body's retention is set
-    either way. With ``{"partitions": N}``, a partitioned topic (409 if the topic exists
-    with another partition count, or not partitioned)."""
+    """Create a topic: 201 when created, 200 when it existed; a body's retention and
+    message TTL are set either way. With ``{"partitions": N}``, a partitioned topic (409 if
+    the topic exists with another partition count, or not partitioned)."""
     engine = engine_of(request)
     partitions = None if body is None else body.partitions
     created = await engine.create_topic(topic, partitions=partitions)
     retention = None if body is None else body.retention()
     if retention is not None:
         await _set_retention(request, topic, retention)
+    ttl = None if body is None else body.ttl()
+    if ttl is not None:
+        await engine.set_ttl(topic, ttl.ttl_ms)
     answer: dict[str, object] = {"topic": topic}
     if partitions is not None:
         answer["partitions"] = partitions
@@ -65,6 +69,15 @@ async def set_retention(topic: TopicName, body: RetentionRequest, request: Reque
     ``time_ms`` or beyond ``size_bytes``, once every subscription acknowledged them."""
     await _set_retention(request, topic, body)
     return ok({"topic": topic, "time_ms": body.time_ms, "size_bytes": body.size_bytes})
+
+
+@router.put("/v1/topics/{topic}/ttl", response_model=TtlResponse, responses=responses(404))
+async def set_ttl(topic: TopicName, body: TtlRequest, request: Request) -> Response:
+    """Set the topic's message TTL: unacknowledged messages older than ``ttl_ms`` are
+    acknowledged for every subscription by a pass every ``ttl_check_interval`` seconds
+    (null: messages never expire)."""
+    await engine_of(request).set_ttl(topic, body.ttl_ms)
+    return ok({"topic": topic, "ttl_ms": body.ttl_ms})
 
 
 @router.get("/v1/topics", response_model=TopicListResponse, responses=responses())

@@ -21,6 +21,7 @@ from txnstream.api import (
     TopicNotFoundError,
     partition_for_key,
 )
+from txnstream.ledger._schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,6 +181,11 @@ async def test_a_version_5_data_directory_migrates(tmp_path: Path) -> None:
         await engine.send("old", 1)
     with sqlite3.connect(tmp_path / DB_FILE) as db:  # as the previous txnstream left it
         db.execute("DROP TABLE partitioned_topics")
+        # (and what schema 7 added: consumer policies)
+        db.execute("ALTER TABLE topics DROP COLUMN ttl_ms")
+        db.execute("ALTER TABLE subscriptions DROP COLUMN policy")
+        db.execute("DROP TABLE redeliveries")
+        db.execute("DROP TABLE delivery_times")
         db.execute("PRAGMA user_version = 5")
     db.close()
     async with Engine.open(tmp_path) as engine:
@@ -188,5 +194,5 @@ async def test_a_version_5_data_directory_migrates(tmp_path: Path) -> None:
     async with Engine.open(tmp_path) as engine:
         assert await engine.partitioned_topics() == {"new": 2}
     with sqlite3.connect(tmp_path / DB_FILE) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (6,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     db.close()

@@ -125,6 +125,19 @@ def test_topics_retention(cli: Any, name: str) -> None:
         assert cli("topics", "retention", name, *bad, ok=False).returncode == 2, bad
 
 
+def test_topics_ttl(cli: Any, name: str) -> None:
+    """Issue 31 item 16: ``topics ttl T 1h|off``, shown in stats."""
+    cli("topics", "create", name)
+    assert cli("topics", "ttl", name).stdout.strip() == f"message TTL of {name}: off"
+    assert cli("topics", "ttl", name, "1h").stdout.strip() == f"message TTL of {name}: 3600000 ms"
+    assert json.loads(cli("topics", "stats", name, "--json").stdout)["ttl_ms"] == 3_600_000
+    assert "message ttl: 3600000 ms" in cli("topics", "stats", name).stdout
+    off = json.loads(cli("topics", "ttl", name, "off", "--json").stdout)
+    assert off == {"topic": name, "ttl_ms": None}
+    for bad in ("soon", "0s"):
+        assert cli("topics", "ttl", name, bad, ok=False).returncode == 2, bad
+
+
 def test_default_retention_spec() -> None:
     from txnstream.api import RetentionPolicy
     from txnstream.api.cli._config_flags import parse_retention

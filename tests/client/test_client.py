@@ -101,6 +101,22 @@ async def _scenario(c: Any, run: Run, name: str) -> None:
     assert "txnstream" in metrics.text
 
     assert (await run(c.delete_subscription(topic, "s")))["deleted"] is True
+
+    # consumer policies and message TTL (issue 31 items 14-16)
+    assert await run(
+        c.create_subscription(
+            topic, "p", type="shared", max_redeliveries=2, dead_letter_topic="dlq", nack_delay_ms=5
+        )
+    )
+    policy = (await run(c.list_subscriptions(topic)))["p"]
+    assert (policy["max_redeliveries"], policy["dead_letter_topic"], policy["nack_delay_ms"]) == (
+        2,
+        "dlq",
+        5,
+    )
+    assert (await run(c.nack(topic, "p", ["0:0"], delay_ms=10)))["nacked"] == 1
+    assert await run(c.set_ttl(topic, 60_000)) == {"topic": topic, "ttl_ms": 60_000}
+    assert (await run(c.stats(topic)))["ttl_ms"] == 60_000
     assert (await run(c.delete_topic(topic)))["deleted"] is True
     assert topic not in await run(c.list_topics())
 

@@ -51,6 +51,7 @@ OPERATIONS = [
     ("PUT", "/v1/topics/{topic}/offload"),
     ("POST", "/v1/topics/{topic}/offload/run"),
     ("PUT", "/v1/topics/{topic}/retention"),
+    ("PUT", "/v1/topics/{topic}/ttl"),
     ("POST", "/v1/transactions"),
     ("GET", "/v1/transactions"),
     ("POST", "/v1/transactions/finish"),

@@ -95,6 +95,12 @@ async def test_a_version_4_data_directory_gets_its_offsets_on_migration(data_dir
         before = await _all_offsets(engine, "t")
     with sqlite3.connect(data_dir / DB_FILE) as db:  # as an older txnstream left it
         db.execute("ALTER TABLE ledgers DROP COLUMN base_offset")
+        # (and what schemas 6 and 7 added: partitioned topics, consumer policies)
+        db.execute("DROP TABLE partitioned_topics")
+        db.execute("ALTER TABLE topics DROP COLUMN ttl_ms")
+        db.execute("ALTER TABLE subscriptions DROP COLUMN policy")
+        db.execute("DROP TABLE redeliveries")
+        db.execute("DROP TABLE delivery_times")
         db.execute("PRAGMA user_version = 4")
     db.close()
     async with Engine.open(data_dir, SMALL) as engine:

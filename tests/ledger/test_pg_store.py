@@ -62,6 +62,10 @@ def script() -> list[WriteBatch]:
     first.create_subscription(0, "t", "exclusive", "read_uncommitted", b"t1", 101)
     first.create_subscription(1, "x", "shared", "read_committed", b"x1", 102)
     first.reserve_txn_seqs(100)
+    first.put_ttl(0, 60_000)
+    first.put_ttl(1, None)
+    first.put_delivery_time(0, 0, 3, 5_000)
+    first.put_delivery_time(0, 0, 4, 9_000)
     first.create_partitioned("p", 2, 150)
     first.create_partitioned("q", 3, 160)
     first.put_store_meta("store_id", "abc")
@@ -100,6 +104,12 @@ def script() -> list[WriteBatch]:
     second.seal_ledger(1, 0, 3, 3)
     second.move_ledger_remote(1, 0, "file:///o/1-0.parquet", 999, "crc")
     second.drop_partitioned("q")
+    second.put_subscription_policy(0, "s", b"policy")
+    second.put_redelivery(0, "s", 0, 1, 2, 7_000)
+    second.put_redelivery(0, "s", 0, 2, 1, 0)
+    second.put_redelivery(0, "s", 0, 1, 3, 8_000)  # upserts
+    second.drop_redelivery(0, "s", 0, 2)
+    second.prune_delivery_times(5_000)
     second.create_topic(3, "d", 300)
     second.drop_topic(3)
     third = WriteBatch()
@@ -123,6 +133,10 @@ async def everything(store: Store) -> dict[str, Any]:
         "store_meta": await store.store_meta(["store_id", "store_home", "missing"]),
         "remote_ledgers": await store.remote_ledger_count(),
         "partitioned": await store.partitioned_rows(),
+        "policies": await store.subscription_policy_rows(),
+        "redeliveries": await store.redelivery_rows(),
+        "delivery_times": await store.delivery_time_rows(0),
+        "ttls": await store.topic_ttl_rows(),
         "totals": [await store.ledger_totals(0, 0), await store.ledger_totals(9, 9)],
         "range": await store.read_range(0, P(0, 0), P(1, 100), 100),
         "range_limited": await store.read_range(0, P(0, 11), P(1, 2), 3),
