@@ -15,7 +15,6 @@ from ._errors import (
     CorruptEntryError,
     CorruptObjectError,
     DataDirLockedError,
-    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -35,9 +34,6 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
-    TxnStreamHttpError,
-    TxnStreamSourceError,
-    TxnStreamTransportError,
 )
 from ._lazy import lazy_attributes
 from ._position import Position
@@ -134,7 +130,6 @@ __all__ = [
     "DataDirLockedError",
     "DataRow",
     "DirectoryLock",
-    "DrillError",
     "EngineError",
     "EngineFailedError",
     "Entry",
@@ -174,9 +169,6 @@ __all__ = [
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
-    "TxnStreamHttpError",
-    "TxnStreamSourceError",
-    "TxnStreamTransportError",
     "WriteBatch",
     "database_file",
     "decode_payload",

@@ -19,7 +19,9 @@ from urllib.parse import quote
 
 import httpx
 
-from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api import Position
+
+from ._errors import TxnStreamHttpError, TxnStreamTransportError
 
 T = TypeVar("T")
 Body = dict[str, Any]

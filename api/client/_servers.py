@@ -29,7 +29,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from txnstream.api import TxnStreamHttpError, TxnStreamTransportError
+from ._errors import TxnStreamHttpError, TxnStreamTransportError
 
 ROLE_HEADER = "txnstream-role"
 """Response header a standby sets on every answer (``standby``)."""
