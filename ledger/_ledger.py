@@ -303,11 +303,6 @@ class ManagedLedger(LedgerReads):
         """The ledgers, oldest first (do not mutate)."""
         return self._ledgers
 
-    @property
-    def entry_count(self) -> int:
-        """Entries assigned in all retained ledgers (markers included)."""
-        return sum(info.entries for info in self._ledgers)
-
     def first_position(self) -> Position | None:
         """The first retained entry's position, or None if the log is empty."""
         for info in self._ledgers:

@@ -806,15 +806,6 @@ class OffloadStore:
             for key in [k for k in self._groups if k[0] == url]:
                 self._group_bytes -= self._groups.pop(key).nbytes
 
-    def clear_cache(self) -> None:
-        """Drop every cached object, footer, sidecar and row group."""
-        with self._lock:
-            self._objects.clear()
-            self._sidecars.clear()
-            self._masks.clear()
-            self._groups.clear()
-            self._group_bytes = 0
-
     def _count_index(self) -> None:
         with self._lock:
             self.index_fetches += 1
