@@ -38,7 +38,7 @@ ADAPTERS = {
     "spark": {"client"},
 }
 
-# The embedded surface the README and EMBEDDED_API.md document: the engine, its
+# The embedded surface the README documents: the engine, its
 # configuration and handles, the value types it returns, and the whole error tree.
 DOCUMENTED_API = [
     "AbortedTxnRange",

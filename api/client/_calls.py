@@ -3,7 +3,7 @@
 A :class:`Call` is one request (method, path, query, JSON body) plus the function that
 turns the answer into the method's result. The sync and async clients send calls built
 here and differ only in how they wait; neither knows any path or field. Parameters are
-named as the contract's fields (HTTP_API.md), ``None`` meaning "leave it out" so that
+named as the contract's fields (``docs/http-api.md``), ``None`` meaning "leave it out" so that
 the server's default applies.
 """
 
