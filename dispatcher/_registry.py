@@ -116,7 +116,7 @@ class SubscriptionRegistry:
         """Forget a deleted subscription (after its deletion is durable)."""
         self._subscriptions.pop((subscription.topic.name, subscription.name), None)
         subscription.deleted = True
-        subscription.drop_read_ahead()
+        subscription.drop_prefetch()
         subscription.topic.notify()
 
     @staticmethod
@@ -129,7 +129,7 @@ class SubscriptionRegistry:
         for key in [k for k in self._subscriptions if k[0] == topic]:
             subscription = self._subscriptions.pop(key)
             subscription.deleted = True
-            subscription.drop_read_ahead()
+            subscription.drop_prefetch()
 
     def expire(self, now: float, expiry: float) -> None:
         """Detach consumers that have not polled for ``expiry`` seconds."""
@@ -140,7 +140,7 @@ class SubscriptionRegistry:
         """Make every waiting receiver leave (the engine is closing or failed)."""
         for subscription in self._subscriptions.values():
             subscription.closed = True
-            subscription.drop_read_ahead()
+            subscription.drop_prefetch()
             subscription.topic.notify()
 
     def hold_open_acks(self, records: Iterable[TxnRecord]) -> None:
