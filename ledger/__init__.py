@@ -55,7 +55,7 @@ if typing.TYPE_CHECKING:
         unpack,
         value_packer,
     )
-    from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
+    from ._ledger import ManagedLedger, TailAppender, ms_to_datetime, now_ms
     from ._lock import LOCK_FILE, DirectoryLock
     from ._offload import OffloadStore, normalize_url, sidecar_url
     from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
@@ -88,7 +88,7 @@ _LAZY: dict[str, str] = {
     "plain_payload_layout": "._codec",
     "unpack": "._codec",
     "value_packer": "._codec",
-    "AppendLane": "._ledger",
+    "TailAppender": "._ledger",
     "ManagedLedger": "._ledger",
     "ms_to_datetime": "._ledger",
     "now_ms": "._ledger",
@@ -118,7 +118,6 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
-    "AppendLane",
     "Body",
     "Catalog",
     "ClosedError",
@@ -163,6 +162,7 @@ __all__ = [
     "StoreReader",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
+    "TailAppender",
     "TooLargeError",
     "TopicNotFoundError",
     "TopicRow",

@@ -270,7 +270,7 @@ class Store(abc.ABC):
     def takes_pipelined(self, batch: WriteBatch) -> bool:
         """True if ``batch`` is still :attr:`batch` and one more pipelined entry may go
         into it now: no wait (:attr:`over_limit`) and nothing that :meth:`check_space` or
-        :meth:`check_writable` would raise, judged without a system call (a send lane's check;
+        :meth:`check_writable` would raise, judged without a system call (the fast send's check;
         False means "take the full path", which says why)."""
         open_ = self._open
         if open_ is not batch or self.failure is not None or self._closing:
@@ -414,7 +414,7 @@ class Store(abc.ABC):
         # A callback usually closes over its batch (to tell whether it is still the
         # batch's last one): dropping them breaks that cycle, so a flush's objects are
         # freed by reference counting here instead of by a later full collection.
-        # Its rows are on disk: whoever still holds the batch (a send lane of an idle
+        # Its rows are on disk: whoever still holds the batch (a fast send of an idle
         # transaction, say) holds an empty shell, not the flush's payloads.
         batch.clear()
         if future is not None and not future.done():
