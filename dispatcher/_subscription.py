@@ -567,3 +567,34 @@ class Subscription(SubscriptionState):
         return await self.topic.ledger.count_data(
             start, limit, except_txns=aborted, except_positions=acked
         )
+
+    # -- invariants ----------------------------------------------------------------
+
+    def _check(self) -> None:
+        """Assert the delivery state's invariants (the model tests call it after every
+        step, as sortedcontainers' ``_check``): what is pending, waiting for replay or
+        held by a transaction is disjoint, unacknowledged and already read; the cursor's
+        individual acks lie above its mark-delete position; read-past rows (kept only
+        by an ordered subscription) are in log order. (Whether they are still next in
+        line is checked when they are taken: a cumulative ack or a ledger roll-over may
+        leave them behind.)"""
+        pending = {key_position(key) for key in self._pending}
+        replay = set(self._replay)
+        held = set(self._txn_acks)
+        assert not pending & replay, f"pending and in replay: {pending & replay}"
+        assert not (pending | replay) & held, "pending or in replay while a txn holds it"
+        assert all(key <= self._pending_max for key in self._pending)
+        assert set(self._pending.values()) <= set(self.consumers), "pending at a detached consumer"
+        cursor = self.cursor
+        for position in pending | replay:
+            assert not cursor.is_acked(position), f"{position} acknowledged yet undelivered"
+            assert position < self.read_position, f"{position} not read yet"
+        md = cursor.mark_delete
+        assert md is None or not cursor.acked or cursor.acked[0] > md
+        assert all(a < b for a, b in zip(self._skipped, self._skipped[1:], strict=False))
+        if self._leftover:
+            assert self.type in _ORDERED
+            assert all(
+                a[:2] < b[:2] for a, b in zip(self._leftover, self._leftover[1:], strict=False)
+            )
+        assert self._prefetch is None or self.type in _ORDERED

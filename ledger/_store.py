@@ -370,6 +370,22 @@ class Store(abc.ABC):
     async def _close_connections(self) -> None:
         """Close the connections (and writer) once everything is flushed."""
 
+    def _check(self) -> None:
+        """Assert the writer state machine's invariants between loop steps (the model
+        tests call it after every step, as sortedcontainers' ``_check``)."""
+        assert (self._inflight is None) == self._idle.is_set(), "idle iff no flush in flight"
+        if self._inflight is None:
+            assert self._inflight_entries == 0
+        else:
+            assert self._inflight_entries in (0, self._inflight[0].entries)
+        assert not self._closed or self._closing
+        if self.failure is not None:
+            assert not self._open
+            assert self._open_future is None
+        elif self._inflight is None and (self._open or self._open_future is not None):
+            # no lost wake-up: queued work has a flush coming (a kick or the linger)
+            assert self._kick_soon or self._linger_handle is not None, "queued, no flush due"
+
     def _writer_lost(self, exc: BaseException) -> None:
         """The writer process ended with no flush in flight: the store fails."""
         self._fail(exc, [])
