@@ -17,7 +17,6 @@ from txnstream.ledger import (
     CorruptObjectError,
     DataDirectoryLostError,
     DataDirLockedError,
-    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -40,9 +39,6 @@ from txnstream.ledger import (
     TxnId,
     TxnNotFoundError,
     TxnNotOpenError,
-    TxnStreamHttpError,
-    TxnStreamSourceError,
-    TxnStreamTransportError,
 )
 from txnstream.ledger import lazy_attributes as _lazy_attributes
 
@@ -60,6 +56,9 @@ if typing.TYPE_CHECKING:
     from ._partitions import PartitionMessage, PartitionPosition, partition_for_key
     from ._replay_check import TopicReplay, replay_check
     from ._stats import RecoverySummary, TopicStats
+    from .cli.drills import DrillError
+    from .client import TxnStreamHttpError, TxnStreamTransportError
+    from .spark import TxnStreamSourceError
 
 # PEP 562 (see ``txnstream.ledger``): positions and the error tree load with the package,
 # the engine and its value types on first use, so ``txnstream.api.client`` and the CLI's
@@ -96,6 +95,11 @@ _LAZY: dict[str, str] = {
     "replay_check": "._replay_check",
     "RecoverySummary": "._stats",
     "TopicStats": "._stats",
+    # the adapters' errors, defined where they are raised (see ``txnstream.ledger._errors``)
+    "DrillError": ".cli.drills._errors",
+    "TxnStreamHttpError": ".client._errors",
+    "TxnStreamTransportError": ".client._errors",
+    "TxnStreamSourceError": ".spark._errors",
 }
 
 

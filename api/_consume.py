@@ -196,7 +196,7 @@ class Consuming(EngineCore):
             sub.check_ack(parsed, cumulative, None)
             sub.apply_ack(parsed, cumulative)
             sub.prepare_cursor_write(batch)
-            sub.read_ahead()  # while this waits for the fsync, the next range is read
+            sub.prefetch_next()  # while this waits for the fsync, the next range is read
         await self.store.write(batch)
         return len(parsed)
 

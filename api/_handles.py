@@ -15,7 +15,7 @@ from txnstream.txn_buffer import TxnInfo, TxnState
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from ._produce import TxnSendLane
+    from ._produce import FastTxnSend
 
 
 class Transaction:
@@ -25,7 +25,7 @@ class Transaction:
         self._engine = engine
         self.txn_id = txn_id
         self.id = str(txn_id)
-        self._lane: TxnSendLane | None = None
+        self._fast_send: FastTxnSend | None = None
 
     def __repr__(self) -> str:
         return f"<Transaction {self.id}>"
@@ -42,9 +42,9 @@ class Transaction:
 
         Durable at the latest when :meth:`commit` returns.
         """
-        lane = self._lane
-        if lane is not None and key is None and properties is None and lane.topic == topic:
-            position = lane.send(value)
+        fast = self._fast_send
+        if fast is not None and key is None and properties is None and fast.topic == topic:
+            position = fast.send(value)
             if position is not None:
                 return position
         engine = self._engine
@@ -53,8 +53,8 @@ class Transaction:
             await engine.store.wait_writable()
             position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
         if key is None and properties is None:
-            # the next value-only sends to this topic take the lane while it holds
-            self._lane = engine.txn_send_lane(topic, self.txn_id)
+            # the next value-only sends to this topic take the fast path while it holds
+            self._fast_send = engine.fast_txn_send(topic, self.txn_id)
         return position
 
     async def send_many(
@@ -86,12 +86,12 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit: every send and ack of this transaction takes effect atomically."""
-        self._lane = None
+        self._fast_send = None
         await self._engine.decide(self.txn_id, commit=True)
 
     async def abort(self) -> None:
         """Abort: nothing of this transaction is ever delivered."""
-        self._lane = None
+        self._fast_send = None
         await self._engine.decide(self.txn_id, commit=False)
 
     async def info(self) -> TxnInfo:

@@ -30,7 +30,7 @@ from txnstream.ledger import (
     partition_name,
     value_packer,
 )
-from txnstream.txn_buffer import TopicLane, TxnRecord, TxnState, scoped_name
+from txnstream.txn_buffer import TxnRecord, TxnRunAppender, TxnState, scoped_name
 
 from ._core import (
     EngineCore,
@@ -329,16 +329,16 @@ class Producing(EngineCore):
         self.metrics.count_in(topic, 1)
         return position
 
-    def txn_send_lane(self, topic: str, txn: TxnId) -> TxnSendLane | None:
-        """A :class:`TxnSendLane` for ``txn``'s next value-only sends to ``topic``, right
+    def fast_txn_send(self, topic: str, txn: TxnId) -> FastTxnSend | None:
+        """A :class:`FastTxnSend` for ``txn``'s next value-only sends to ``topic``, right
         after a :meth:`send_one_in_txn` of it (None if that send did not leave one)."""
         topic_ = self._topics.get(topic)
         record = self.coordinator.get(txn)
         if topic_ is None or self.state is not EngineState.OPEN or topic not in record.topics:
             return None
         batch = self.store.batch
-        lane = topic_.lane(batch, record.txn_id)
-        return None if lane is None else TxnSendLane(self, topic, record, batch, lane)
+        appender = topic_.run_appender(batch, record.txn_id)
+        return None if appender is None else FastTxnSend(self, topic, record, batch, appender)
 
     def _route(self, topic: str, keys: Sequence[str | None]) -> list[int]:
         """The partition of partitioned ``topic`` each message goes to: by its key with
@@ -534,7 +534,7 @@ class Producing(EngineCore):
         return [p for p in positions if p is not None]
 
 
-class TxnSendLane:
+class FastTxnSend:
     """``Transaction.send``'s fast path: a transaction's further value-only sends to one
     topic while nothing around them changed since a full :meth:`Producing.send_one_in_txn`
     (the same open batch, the topic's last run still this transaction's, the transaction
@@ -548,12 +548,12 @@ class TxnSendLane:
     """
 
     __slots__ = (
+        "_appender",
         "_batch",
         "_coordinator",
         "_engine",
         "_head",
         "_head_ms",
-        "_lane",
         "_limit",
         "_metrics",
         "_pack",
@@ -563,14 +563,19 @@ class TxnSendLane:
     )
 
     def __init__(
-        self, engine: Producing, topic: str, record: TxnRecord, batch: WriteBatch, lane: TopicLane
+        self,
+        engine: Producing,
+        topic: str,
+        record: TxnRecord,
+        batch: WriteBatch,
+        appender: TxnRunAppender,
     ) -> None:
         self._engine = engine
         self.topic = topic
-        """The topic this lane sends to."""
+        """The topic this fast path sends to."""
         self._record = record
         self._batch = batch
-        self._lane = lane
+        self._appender = appender
         self._store = engine.store
         self._coordinator = engine.coordinator
         self._metrics = engine.metrics
@@ -580,7 +585,7 @@ class TxnSendLane:
         self._head = b""
 
     def send(self, value: Any) -> Position | None:
-        """Append ``value`` (pipelined, as the full path); None if the lane is closed."""
+        """Append ``value`` (pipelined, as the full path); None if the fast path no longer holds."""
         record = self._record
         store = self._store
         if (
@@ -602,7 +607,7 @@ class TxnSendLane:
         if now != self._head_ms:
             self._head = encode_payload(None, b"", {}, now)
             self._head_ms = now
-        position = self._lane.append(self._head + packed)
+        position = self._appender.append(self._head + packed)
         if position is None:
             return None
         self._coordinator.checked_at = now

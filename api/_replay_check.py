@@ -18,9 +18,9 @@ from typing import Any
 from txnstream.ledger import (
     DB_FILE,
     Catalog,
-    DrillError,
     EntryKind,
     ManagedLedger,
+    NotFoundError,
     OffloadStore,
     Position,
     Store,
@@ -198,12 +198,12 @@ async def replay_check(
 
     Run it on a directory no server is using: like any open, it starts a new ledger per
     topic. For a progress display, ``on_topics`` is told how many topics there are and
-    ``on_step`` what is being done. Raises :class:`DrillError` if ``data`` holds no
+    ``on_step`` what is being done. Raises :class:`NotFoundError` if ``data`` holds no
     txnstream database. Costs two replays of every retained log.
     """
     db = data / DB_FILE
     if not db.is_file():
-        raise DrillError(f"no txnstream database at {db}")
+        raise NotFoundError(f"no txnstream database at {db}")
     config = EngineConfig()
     store = await Store.open(db, max_pending_entries=config.max_pending_entries)
     try:

@@ -1,7 +1,7 @@
 """Typed topic statistics, and their one JSON shape (the HTTP stats body).
 
 :func:`topic_stats` reads a topic's state into a :class:`TopicStats`; ``as_dict()`` gives
-the body HTTP_API.md specifies (positions as ``"L:E"``, ``None`` for null), which the
+the body ``docs/http-api.md`` specifies (positions as ``"L:E"``, ``None`` for null), which the
 embedded ``Engine.stats()`` returns too, so both surfaces share one shape.
 """
 
@@ -196,7 +196,7 @@ class TopicStats:
     """The message TTL (None: messages never expire)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The HTTP stats body (HTTP_API.md), extra fields included."""
+        """The HTTP stats body (``docs/http-api.md``, "Stats"), extra fields included."""
         policy = self.retention
         return {
             "topic": self.topic,

@@ -77,13 +77,13 @@ class SubscriptionState:
         # ascending order, not yet in the cursor; and the share of rows skipped lately
         self._skipped: list[int] = []
         self._skip_ratio = 0.125
-        # rows an ordered delivery read past its last delivered message, from
+        # the leftover: rows an ordered delivery read past its last delivered message, from
         # read_position on: the next delivery starts with them instead of reading them
         # again (used only while read_position still points at the first)
-        self._ahead: list[Row] = []
+        self._leftover: list[Row] = []
         # the ordered delivery's next range, read while its consumer waits for an ack to
-        # be durable (see Subscription.read_ahead): where it starts, and the read
-        self._read_ahead: tuple[Position, asyncio.Task[list[Row] | None]] | None = None
+        # be durable (see Subscription.prefetch_next): where it starts, and the read
+        self._prefetch: tuple[Position, asyncio.Task[list[Row] | None]] | None = None
         self._read_size = 0  # rows the last ordered delivery read at once
         self._seeks = 0  # counts seek() calls: a delivery that awaited sees one came in
         # key_shared only: keys of pending and replay positions, and per receive pass the
@@ -117,17 +117,17 @@ class SubscriptionState:
         self._forget: list[Position] = []
         self._forget_all = False
 
-    def drop_read_ahead(self) -> None:
-        """Forget the range read ahead, cancelling the read if it still runs (a seek, the
+    def drop_prefetch(self) -> None:
+        """Forget the prefetched range, cancelling the read if it still runs (a seek, the
         subscription's or its topic's deletion, the engine's close)."""
-        pending, self._read_ahead = self._read_ahead, None
+        pending, self._prefetch = self._prefetch, None
         if pending is None:
             return
         task = pending[1]
         if not task.done():
             task.cancel()
         elif not task.cancelled():
-            task.exception()  # a failed read ahead is nobody's error: the next read retries
+            task.exception()  # a failed prefetch is nobody's error: the next read retries
 
     # -- limits and persistence ------------------------------------------------------
 
@@ -343,8 +343,8 @@ class SubscriptionState:
         self.cursor.reset(mark_delete)
         self._seeks += 1
         self._skipped.clear()
-        self._ahead = []
-        self.drop_read_ahead()
+        self._leftover = []
+        self.drop_prefetch()
         self._pending.clear()
         self._pending_max = -1
         self._replay.clear()

@@ -189,7 +189,7 @@ class SubscriptionRegistry:
         """Forget a deleted subscription (after its deletion is durable)."""
         self._subscriptions.pop((subscription.topic.name, subscription.name), None)
         subscription.deleted = True
-        subscription.drop_read_ahead()
+        subscription.drop_prefetch()
         subscription.cancel_timers()
         subscription.topic.notify()
 
@@ -204,7 +204,7 @@ class SubscriptionRegistry:
         for key in [k for k in self._subscriptions if k[0] == topic]:
             subscription = self._subscriptions.pop(key)
             subscription.deleted = True
-            subscription.drop_read_ahead()
+            subscription.drop_prefetch()
             subscription.cancel_timers()
 
     def expire(self, now: float, expiry: float, batch: WriteBatch | None = None) -> None:
@@ -219,7 +219,7 @@ class SubscriptionRegistry:
         """Make every waiting receiver leave (the engine is closing or failed)."""
         for subscription in self._subscriptions.values():
             subscription.closed = True
-            subscription.drop_read_ahead()
+            subscription.drop_prefetch()
             subscription.cancel_timers()
             subscription.topic.notify()
 

@@ -7,7 +7,7 @@ dispatcher itself so they never block the mark-delete position or count as backl
 receiver that finds nothing waits on the topic's change event (no polling); a caught-up
 subscription reads nothing because ``read_position`` is past the limit. An ordered
 subscription's consumer that acknowledges has its next range read while it waits for
-the ack to be durable (:meth:`Subscription.read_ahead`).
+the ack to be durable (:meth:`Subscription.prefetch_next`).
 
 Positions read but not delivered yet (nacked, released by a detached consumer or an
 aborted transactional ack, or kept for another key_shared consumer) wait in ``_replay``
@@ -135,7 +135,7 @@ class Subscription(SubscriptionState):
         """Detach ``name``; its unacknowledged messages are redelivered to others."""
         if self.consumers.pop(name, None) is None:
             return
-        self.drop_read_ahead()  # read for the consumer that left: its successor reads anew
+        self.drop_prefetch()  # read for the consumer that left: its successor reads anew
         released = [k for k, c in self._pending.items() if c == name]
         for key in released:
             del self._pending[key]
@@ -366,9 +366,9 @@ class Subscription(SubscriptionState):
             if ordered and budget[0] < 0:
                 # Read a little more than is missing (markers and aborted entries are
                 # skipped); what lies past the last delivered message stays unread.
-                rows = self._take_ahead(limit)
+                rows = self._take_leftover(limit)
                 if rows is None:
-                    rows = await self._take_read_ahead(limit)
+                    rows = await self._take_prefetch(limit)
                 if rows is None:
                     ahead = int(remaining * self._skip_ratio * 1.25) + 32  # a read costs more
                     self._read_size = min(remaining + ahead, _MAX_ROWS)
@@ -400,7 +400,7 @@ class Subscription(SubscriptionState):
             for entry in entries:
                 position = entry.position
                 if ordered and len(out) >= max_messages:
-                    break  # read ahead: leave the rest unread
+                    break  # read past the batch: leave the rest unread
                 self.read_position = Position(position.ledger_id, position.entry_id + 1)
                 if self._skip(entry):
                     cursor.ack(position, ledger)
@@ -422,19 +422,19 @@ class Subscription(SubscriptionState):
                     self._hold(entry)  # beyond the budget too: first in line next time
             step.spend(len(out) - made)
 
-    def read_ahead(self) -> None:
+    def prefetch_next(self) -> None:
         """Start reading the range the next delivery will read, now: for a caller about to
         wait for its acknowledgement to be durable (the ack's fsync leaves the event loop
         idle, and the range read runs on a reader thread meanwhile; draining a backlog
         with receive + cumulative ack: ~15% faster here).
 
         Only for an ordered subscription that has read before and has more below its
-        read limit, when no delivery runs and no read ahead is pending; its rows are
-        checked like :meth:`_take_ahead`'s when taken (stored rows never change), and a
+        read limit, when no delivery runs and no prefetch is pending; its rows are
+        checked like :meth:`_take_leftover`'s when taken (stored rows never change), and a
         read that no longer fits is dropped.
         """
         if (
-            self._read_ahead is not None
+            self._prefetch is not None
             or not self._read_size
             or self._replay
             or self._lock.locked()
@@ -445,26 +445,26 @@ class Subscription(SubscriptionState):
             return
         limit = self.read_limit
         start = self.read_position
-        if self._ahead:  # already read past the last delivery: read on after those rows
-            last = self._ahead[-1]
+        if self._leftover:  # already read past the last delivery: read on after those rows
+            last = self._leftover[-1]
             start = Position(last[0], last[1] + 1)
         if limit is None or start > limit:
             return
         task = asyncio.get_running_loop().create_task(
             self.topic.ledger.read_rows(start, limit, self._read_size)
         )
-        self._read_ahead = (start, task)
+        self._prefetch = (start, task)
 
-    async def _take_read_ahead(self, limit: Position) -> list[Row] | None:
-        """The rows of :meth:`read_ahead` if they start at ``read_position`` and lie
+    async def _take_prefetch(self, limit: Position) -> list[Row] | None:
+        """The rows of :meth:`prefetch_next` if they start at ``read_position`` and lie
         within ``limit`` (awaiting the read if it still runs); None otherwise."""
-        pending = self._read_ahead
+        pending = self._prefetch
         if pending is None:
             return None
         if pending[0] != self.read_position:
-            self.drop_read_ahead()
+            self.drop_prefetch()
             return None
-        self._read_ahead = None
+        self._prefetch = None
         try:
             rows = await pending[1]
         except Exception:  # noqa: BLE001 - the caller reads again: that read says what fails
@@ -473,11 +473,12 @@ class Subscription(SubscriptionState):
             return None
         return rows
 
-    def _take_ahead(self, limit: Position) -> list[Row] | None:
-        """The rows read ahead last time, if they still start at ``read_position`` and
-        lie within ``limit`` (stored rows never change; whether each is acknowledged,
-        aborted or held is decided afresh as for rows just read)."""
-        rows, self._ahead = self._ahead, []
+    def _take_leftover(self, limit: Position) -> list[Row] | None:
+        """The rows the last delivery read past its batch (its leftover), if they still
+        start at ``read_position`` and lie within ``limit`` (stored rows never change;
+        whether each is acknowledged, aborted or held is decided afresh as for rows just
+        read)."""
+        rows, self._leftover = self._leftover, []
         if not rows or rows[0][:2] != self.read_position or rows[-1][:2] > limit:
             return None  # (a Position is a (ledger_id, entry_id) tuple)
         return rows
@@ -509,7 +510,7 @@ class Subscription(SubscriptionState):
         if len(keep) > remaining:
             keep = keep[:remaining]
             cut = rows.index(keep[-1]) + 1  # nothing past the last delivered
-            self._ahead = rows[cut:]
+            self._leftover = rows[cut:]
             rows = rows[:cut]
         if len(keep) != len(rows):
             # Markers and aborted data: acknowledged by the dispatcher, lazily (a
@@ -521,7 +522,7 @@ class Subscription(SubscriptionState):
                     if r[2] or (r[3] is not None and r[3] in aborted)
                 ]
             )
-        if keep:  # the share of skipped rows among those processed (not the read-ahead)
+        if keep:  # the share of skipped rows among those processed (not the leftover)
             skipped_share = (len(rows) - len(keep)) / len(keep)
             self._skip_ratio = 0.5 * self._skip_ratio + 0.5 * min(skipped_share, 4.0)
         last = rows[-1]
@@ -564,3 +565,34 @@ class Subscription(SubscriptionState):
         return await self.topic.ledger.count_data(
             start, limit, except_txns=aborted, except_positions=acked
         )
+
+    # -- invariants ----------------------------------------------------------------
+
+    def _check(self) -> None:
+        """Assert the delivery state's invariants (the model tests call it after every
+        step, as sortedcontainers' ``_check``): what is pending, waiting for replay or
+        held by a transaction is disjoint, unacknowledged and already read; the cursor's
+        individual acks lie above its mark-delete position; read-past rows (kept only
+        by an ordered subscription) are in log order. (Whether they are still next in
+        line is checked when they are taken: a cumulative ack or a ledger roll-over may
+        leave them behind.)"""
+        pending = {key_position(key) for key in self._pending}
+        replay = set(self._replay)
+        held = set(self._txn_acks)
+        assert not pending & replay, f"pending and in replay: {pending & replay}"
+        assert not (pending | replay) & held, "pending or in replay while a txn holds it"
+        assert all(key <= self._pending_max for key in self._pending)
+        assert set(self._pending.values()) <= set(self.consumers), "pending at a detached consumer"
+        cursor = self.cursor
+        for position in pending | replay:
+            assert not cursor.is_acked(position), f"{position} acknowledged yet undelivered"
+            assert position < self.read_position, f"{position} not read yet"
+        md = cursor.mark_delete
+        assert md is None or not cursor.acked or cursor.acked[0] > md
+        assert all(a < b for a, b in zip(self._skipped, self._skipped[1:], strict=False))
+        if self._leftover:
+            assert self.type in _ORDERED
+            assert all(
+                a[:2] < b[:2] for a, b in zip(self._leftover, self._leftover[1:], strict=False)
+            )
+        assert self._prefetch is None or self.type in _ORDERED

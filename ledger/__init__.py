@@ -17,7 +17,6 @@ from ._errors import (
     CorruptObjectError,
     DataDirectoryLostError,
     DataDirLockedError,
-    DrillError,
     EngineError,
     EngineFailedError,
     FencedError,
@@ -38,9 +37,6 @@ from ._errors import (
     TopicNotFoundError,
     TxnNotFoundError,
     TxnNotOpenError,
-    TxnStreamHttpError,
-    TxnStreamSourceError,
-    TxnStreamTransportError,
 )
 from ._lazy import lazy_attributes
 from ._position import Position
@@ -70,7 +66,7 @@ if typing.TYPE_CHECKING:
         unpack,
         value_packer,
     )
-    from ._ledger import AppendLane, ManagedLedger, ms_to_datetime, now_ms
+    from ._ledger import ManagedLedger, TailAppender, ms_to_datetime, now_ms
     from ._lock import LOCK_FILE, DirectoryLock
     from ._offload import OffloadStore, normalize_url, sidecar_url
     from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
@@ -107,7 +103,7 @@ _LAZY: dict[str, str] = {
     "plain_payload_layout": "._codec",
     "unpack": "._codec",
     "value_packer": "._codec",
-    "AppendLane": "._ledger",
+    "TailAppender": "._ledger",
     "ManagedLedger": "._ledger",
     "ms_to_datetime": "._ledger",
     "now_ms": "._ledger",
@@ -140,7 +136,6 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AbortedIndexRow",
     "AckConflictError",
-    "AppendLane",
     "Body",
     "Catalog",
     "ClosedError",
@@ -153,7 +148,6 @@ __all__ = [
     "DataDirectoryLostError",
     "DataRow",
     "DirectoryLock",
-    "DrillError",
     "EngineError",
     "EngineFailedError",
     "Entry",
@@ -191,15 +185,13 @@ __all__ = [
     "StoreReader",
     "SubscriptionConflictError",
     "SubscriptionNotFoundError",
+    "TailAppender",
     "TooLargeError",
     "TopicNotFoundError",
     "TopicRow",
     "TxnId",
     "TxnNotFoundError",
     "TxnNotOpenError",
-    "TxnStreamHttpError",
-    "TxnStreamSourceError",
-    "TxnStreamTransportError",
     "WriteBatch",
     "database_file",
     "decode_payload",

@@ -205,7 +205,7 @@ class WriteBatch:
         """Append one log entry (``kind``: 0 data, 1 commit, 2 abort; ``txn``: the
         transaction's sequence). Counts are the caller's (:attr:`entries`, :attr:`bytes`)."""
         params = (topic_id, ledger_id, entry_id, kind, txn, data)
-        ops = self._ops  # (add, inline: this runs once per message of a send lane)
+        ops = self._ops  # (add, inline: this runs once per message of a fast send)
         if ops and ops[-1][0] == ENTRY:
             ops[-1][1].append(params)
         else:

@@ -84,8 +84,3 @@ class Entry:
     """Milliseconds since the epoch at append time."""
     size: int = 0
     """Stored bytes of the entry (key, value, properties): for response byte budgets."""
-
-    @property
-    def is_marker(self) -> bool:
-        """True for COMMIT and ABORT entries."""
-        return self.kind is not EntryKind.DATA

@@ -3,7 +3,8 @@
 Every error the engine raises on purpose derives from :class:`EngineError`; the HTTP
 layer maps each class to a status and a contract code in one table (``api/http/_errors.py``);
 the HTTP client (``txnstream.api.client``) raises the other way round, a status and code as
-:class:`TxnStreamHttpError`::
+``TxnStreamHttpError``. The adapters' errors (marked ``[room]``) are defined in the room
+that raises them, below this root; ``txnstream.api`` exports them all, lazily::
 
     * EngineError                     root
       x ClosedError                   the engine (or a subscription handle) was closed
@@ -33,10 +34,12 @@ the HTTP client (``txnstream.api.client``) raises the other way round, a status 
       x SnapshotError
         + IncompatibleSnapshotError   a snapshot of an unknown format version
       x LeaseLostError                PostgreSQL store: a newer epoch holds the lease; step down
-      x TxnStreamSourceError          the Spark data source: a bad option, path or answer
-      x TxnStreamHttpError            an error answer of a txnstream server (status, code)
-        + TxnStreamTransportError     no answer: unreachable, or the connection failed
-      x DrillError                    a recovery drill could not run
+      x TxnStreamSourceError          [api.spark] the Spark data source: a bad option, path
+                                      or answer
+      x TxnStreamHttpError            [api.client] an error answer of a txnstream server
+        + TxnStreamTransportError     [api.client] no answer: unreachable, or the
+                                      connection failed
+      x DrillError                    [api.cli.drills] a recovery drill could not run
 
 Misuse of arguments raises :class:`InvalidArgumentError`, which is also a ``ValueError``
 and a ``TypeError`` so callers may catch the builtin they expect.
@@ -207,47 +210,3 @@ class LeaseLostError(EngineError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.scope, self.epoch)
-
-
-class TxnStreamSourceError(EngineError):
-    """A problem of the txnstream Spark data source, with a message that names it."""
-
-
-class TxnStreamHttpError(EngineError):
-    """An error answer of a txnstream server, raised by the HTTP client (``txnstream.api.client``).
-
-    ``status`` is the HTTP status, ``code`` the contract's error code (``not_found``,
-    ``txn_not_open``, ...; ``unknown`` when the body was not an error envelope) and
-    ``message`` the server's text.
-    """
-
-    def __init__(self, message: str, status: int, code: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.code = code
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.message, self.status, self.code)
-
-
-class TxnStreamTransportError(TxnStreamHttpError):
-    """No answer from the server: it could not be reached, or the connection failed.
-
-    Its ``code`` is ``unavailable`` and its ``status`` 503, the contract's pair for a server
-    that cannot serve. ``sent`` is False when no connection was made, so the request surely
-    did not arrive; True when it may have (an answer lost with the server).
-    """
-
-    retriable = True
-
-    def __init__(self, message: str, sent: bool = True) -> None:
-        super().__init__(message, 503, "unavailable")
-        self.sent = sent
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.message, self.sent)
-
-
-class DrillError(EngineError):
-    """A recovery drill could not run: no database, the server did not start, time ran out."""

@@ -208,10 +208,10 @@ class ManagedLedger(LedgerReads):
         is below both limits)."""
         return current.entries >= self.max_entries or current.bytes >= self.max_bytes
 
-    def lane(self, batch: WriteBatch, txn_seq: int | None) -> AppendLane:
-        """An :class:`AppendLane` for further data entries of ``txn_seq`` (or none) to
+    def tail_appender(self, batch: WriteBatch, txn_seq: int | None) -> TailAppender:
+        """A :class:`TailAppender` for further data entries of ``txn_seq`` (or none) to
         this ledger's open tail, in ``batch``."""
-        return AppendLane(self, self._ledgers[-1], batch, txn_seq)
+        return TailAppender(self, self._ledgers[-1], batch, txn_seq)
 
     def _add_run(
         self,
@@ -302,11 +302,6 @@ class ManagedLedger(LedgerReads):
     def ledgers(self) -> list[LedgerInfo]:
         """The ledgers, oldest first (do not mutate)."""
         return self._ledgers
-
-    @property
-    def entry_count(self) -> int:
-        """Entries assigned in all retained ledgers (markers included)."""
-        return sum(info.entries for info in self._ledgers)
 
     def first_position(self) -> Position | None:
         """The first retained entry's position, or None if the log is empty."""
@@ -413,14 +408,14 @@ class ManagedLedger(LedgerReads):
         return total
 
 
-class AppendLane:
+class TailAppender:
     """Data entries of one transaction (or none) appended to a ledger's open tail in one
     batch, one at a time, with nothing looked up per entry: what a stream of
-    ``Transaction.send`` calls needs (see :meth:`ManagedLedger.lane`).
+    ``Transaction.send`` calls needs (see :meth:`ManagedLedger.tail_appender`).
 
     The caller owns the rest of the validity: that ``batch`` is still the one the next
-    flush takes and that nothing else appended to this topic in between (the lanes above,
-    ``txn_buffer.TopicLane`` and ``api``'s send lane, check both).
+    flush takes and that nothing else appended to this topic in between (the appenders above,
+    ``txn_buffer.TxnRunAppender`` and ``api``'s ``FastTxnSend``, check both).
     """
 
     __slots__ = ("_batch", "_current", "_ledger", "_topic_id", "_txn_seq")

@@ -69,7 +69,6 @@ from ._parquet import (
     _SIDECAR_KEY,
     _SIDECAR_SUFFIX,
     _SUFFIX,
-    SPARK_COLUMNS,
     AbortedIndexRow,
     MetaRow,
     OffloadedObject,
@@ -641,11 +640,19 @@ class OffloadStore:
         return rows
 
     def read_batches(
-        self, url: str, lo: int, hi: int, *, committed: bool, rows: int = 8192
+        self,
+        url: str,
+        lo: int,
+        hi: int,
+        *,
+        columns: Sequence[str],
+        committed: bool,
+        rows: int = 8192,
     ) -> Iterator[Any]:
-        """Arrow record batches of the data entries ``lo <= entry_id <= hi`` with the
-        Spark source's columns; ``committed`` drops aborted data. For readers outside
-        the engine (Spark tasks): no cache of decoded row groups."""
+        """Arrow record batches of the data entries ``lo <= entry_id <= hi`` with
+        ``columns`` (the Spark source's, which every object starts with); ``committed``
+        drops aborted data. For readers outside the engine (Spark tasks): no cache of
+        decoded row groups."""
         import pyarrow.compute as pc
 
         obj = self._object(url)
@@ -654,7 +661,9 @@ class OffloadStore:
             return
         self._count_data()
         for group in groups:
-            table = self._load(url, obj, [group], [*SPARK_COLUMNS, "kind", "aborted"])
+            table = self._load(
+                url, obj, [group], list(dict.fromkeys([*columns, "entry_id", "kind", "aborted"]))
+            )
             ids = table.column("entry_id")
             keep = pc.and_(
                 pc.equal(table.column("kind"), "data"),
@@ -662,7 +671,7 @@ class OffloadStore:
             )
             if committed:
                 keep = pc.and_(keep, pc.invert(table.column("aborted")))
-            chosen = table.filter(keep).select(list(SPARK_COLUMNS))
+            chosen = table.filter(keep).select(list(columns))
             yield from chosen.to_batches(max_chunksize=rows)
 
     # -- caches --------------------------------------------------------------------
@@ -796,15 +805,6 @@ class OffloadStore:
             self._masks.pop(url, None)
             for key in [k for k in self._groups if k[0] == url]:
                 self._group_bytes -= self._groups.pop(key).nbytes
-
-    def clear_cache(self) -> None:
-        """Drop every cached object, footer, sidecar and row group."""
-        with self._lock:
-            self._objects.clear()
-            self._sidecars.clear()
-            self._masks.clear()
-            self._groups.clear()
-            self._group_bytes = 0
 
     def _count_index(self) -> None:
         with self._lock:

@@ -40,18 +40,6 @@ _ENTRY_COLUMNS = (
     "publish_time",
     "payload",
 )
-SPARK_COLUMNS = (
-    "position",
-    "ledger_id",
-    "entry_id",
-    "key",
-    "value",
-    "value_json",
-    "properties",
-    "txn",
-    "publish_time",
-)
-"""The Spark source's columns, which every offloaded object starts with."""
 
 Row = tuple[int, int, int, "int | None", bytes]
 """A stored entry as read: ``(ledger_id, entry_id, kind, txn seq or None, payload)``."""

@@ -323,7 +323,7 @@ class Store(abc.ABC):
     def takes_pipelined(self, batch: WriteBatch) -> bool:
         """True if ``batch`` is still :attr:`batch` and one more pipelined entry may go
         into it now: no wait (:attr:`over_limit`) and nothing that :meth:`check_space` or
-        :meth:`check_writable` would raise, judged without a system call (a send lane's check;
+        :meth:`check_writable` would raise, judged without a system call (the fast send's check;
         False means "take the full path", which says why)."""
         open_ = self._open
         if open_ is not batch or self.failure is not None or self._closing:
@@ -453,6 +453,22 @@ class Store(abc.ABC):
     async def _close_connections(self) -> None:
         """Close the connections (and writer) once everything is flushed."""
 
+    def _check(self) -> None:
+        """Assert the writer state machine's invariants between loop steps (the model
+        tests call it after every step, as sortedcontainers' ``_check``)."""
+        assert (self._inflight is None) == self._idle.is_set(), "idle iff no flush in flight"
+        if self._inflight is None:
+            assert self._inflight_entries == 0
+        else:
+            assert self._inflight_entries in (0, self._inflight[0].entries)
+        assert not self._closed or self._closing
+        if self.failure is not None:
+            assert not self._open
+            assert self._open_future is None
+        elif self._inflight is None and (self._open or self._open_future is not None):
+            # no lost wake-up: queued work has a flush coming (a kick or the linger)
+            assert self._kick_soon or self._linger_handle is not None, "queued, no flush due"
+
     def _writer_lost(self, exc: BaseException) -> None:
         """The writer process ended with no flush in flight: the store fails."""
         self._fail(exc, [])
@@ -530,7 +546,7 @@ class Store(abc.ABC):
         # A callback usually closes over its batch (to tell whether it is still the
         # batch's last one): dropping them breaks that cycle, so a flush's objects are
         # freed by reference counting here instead of by a later full collection.
-        # Its rows are on disk: whoever still holds the batch (a send lane of an idle
+        # Its rows are on disk: whoever still holds the batch (a fast send of an idle
         # transaction, say) holds an empty shell, not the flush's payloads.
         batch.clear()
         if future is not None and not future.done():

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from txnstream.api import (
     Engine,
@@ -428,6 +428,20 @@ class EngineStateMachine(RuleBasedStateMachine):
         finally:
             self.loop.close()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    @invariant()
+    def internal_state_is_consistent(self) -> None:
+        """The ``_check()`` of the store, the coordinator and every subscription."""
+        check_engine(self.engine)
+
+
+def check_engine(engine: Engine) -> None:
+    """Assert the invariants of an open engine's store, coordinator and subscriptions
+    (their ``_check()``, as sortedcontainers' tests call theirs after every step)."""
+    engine.store._check()
+    engine.coordinator._check()
+    for subscription in engine.subscriptions:
+        subscription._check()
 
 
 def self_signed_cert(tmp_path: Path) -> tuple[Path, Path]:

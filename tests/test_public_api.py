@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import txnstream
+import txnstream.ledger
 from txnstream import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ ADAPTERS = {
     "spark": {"client"},
 }
 
-# The embedded surface the README and EMBEDDED_API.md document: the engine, its
+# The embedded surface the README documents: the engine, its
 # configuration and handles, the value types it returns, and the whole error tree.
 DOCUMENTED_API = [
     "AbortedTxnRange",
@@ -197,3 +198,32 @@ def test_the_api_root_imports_no_adapter_dependency() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == ""
+
+
+def test_the_adapters_errors_live_in_their_rooms_and_load_light() -> None:
+    """``txnstream.api`` exports the client's, the Spark source's and the drills' errors,
+    defined in the rooms that raise them (``txnstream.ledger._errors`` documents the one
+    tree); naming them loads neither httpx nor pyspark."""
+    code = (
+        "import sys, txnstream\n"
+        "from txnstream import DrillError, TxnStreamHttpError, TxnStreamSourceError\n"
+        "from txnstream import TxnStreamTransportError\n"
+        "rooms = [c.__module__ for c in (TxnStreamHttpError, TxnStreamTransportError,"
+        " TxnStreamSourceError, DrillError)]\n"
+        "assert all(issubclass(c, txnstream.EngineError) for c in (TxnStreamHttpError,"
+        " TxnStreamSourceError, DrillError))\n"
+        "print(','.join(rooms))\n"
+        "print(','.join(m for m in ('httpx', 'pyspark') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    rooms, heavy = done.stdout.splitlines()
+    assert rooms.split(",") == [
+        "txnstream.api.client._errors",
+        "txnstream.api.client._errors",
+        "txnstream.api.spark._errors",
+        "txnstream.api.cli.drills._errors",
+    ]
+    assert heavy == ""
+    assert not {"TxnStreamHttpError", "DrillError", "SPARK_COLUMNS"} & set(dir(txnstream.ledger))

@@ -16,7 +16,7 @@ from ._records import (
     scoped_name,
 )
 from ._state import TxnState
-from ._topic import ProducerState, Topic, TopicLane
+from ._topic import ProducerState, Topic, TxnRunAppender
 
 __all__ = [
     "AbortedRow",
@@ -33,10 +33,10 @@ __all__ = [
     "PendingAck",
     "ProducerState",
     "Topic",
-    "TopicLane",
     "TxnBuffer",
     "TxnInfo",
     "TxnRecord",
+    "TxnRunAppender",
     "TxnState",
     "scoped_name",
 ]

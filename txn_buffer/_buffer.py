@@ -317,10 +317,6 @@ class TxnBuffer:
         (do not mutate)."""
         return self._aborted
 
-    def iter_aborted(self) -> Iterator[AbortedTxn]:
-        """Every retained aborted transaction, in marker order."""
-        return map(_wrap, self._aborted)
-
     def _order(self) -> SortedList:
         order = self._ongoing_order
         if order is _NONE_YET:

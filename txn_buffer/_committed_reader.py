@@ -30,7 +30,7 @@ vectorized.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,17 +173,23 @@ class CommittedReader:
 
     @staticmethod
     def read_offloaded(
-        url: str, lo: int, hi: int, *, committed: bool, size: int | None = None
+        url: str,
+        lo: int,
+        hi: int,
+        *,
+        columns: Sequence[str],
+        committed: bool,
+        size: int | None = None,
     ) -> Iterator[Any]:
-        """Arrow record batches (the Spark source's columns) of the data entries ``lo <=
-        entry_id < hi`` of an offloaded ledger, read straight from its object;
+        """Arrow record batches with ``columns`` (the Spark source's) of the data entries
+        ``lo <= entry_id < hi`` of an offloaded ledger, read straight from its object;
         ``committed`` drops aborted data (the object's ``aborted`` column). Raises
         :class:`~txnstream.ledger.RemoteStorageError` if the object cannot be read."""
         del size  # the object's footer says all we need
         if hi <= lo:
             return
         try:
-            yield from _OBJECTS.read_batches(url, lo, hi - 1, committed=committed)
+            yield from _OBJECTS.read_batches(url, lo, hi - 1, columns=columns, committed=committed)
         except OSError as exc:
             raise RemoteStorageError(f"cannot read offloaded ledger {url}: {exc}") from exc
 

@@ -125,6 +125,14 @@ class _Outcomes:
         """Keep ``code`` (0..254) for ``seq``; drop the oldest chunks beyond the limit."""
         self.put_sorted(((seq, code),))
 
+    def _check(self) -> None:
+        """Assert that the counts match the chunks' set bytes."""
+        assert set(self._counts) == set(self._chunks)
+        for index, chunk in self._chunks.items():
+            assert len(chunk) == 1 << self._bits
+            assert self._counts[index] == len(chunk) - chunk.count(0)
+        assert self.count == sum(self._counts.values())
+
     def _trim(self) -> None:
         """Drop the least recently written chunks while the rest hold ``kept``."""
         chunks, counts = self._chunks, self._counts
@@ -298,6 +306,28 @@ class TxnTable:
     def records(self) -> Iterable[TxnRecord]:
         """Every known record (open and recently ended)."""
         return self._txns.values()
+
+    def _check(self) -> None:
+        """Assert the table's invariants (the model tests call it after every step, as
+        sortedcontainers' ``_check``): ids, holders, deadlines, ended order, outcomes."""
+        assert self._durable_upto <= self._reserved_upto
+        for seq, record in self._txns.items():
+            assert record.txn_id.seq == seq < self._next_seq, (seq, self._next_seq)
+        for key, holder in self._holders.items():
+            # a holder is a known record of that transactional id (ended ones stay, to
+            # be fenced by the next begin)
+            assert holder.holder_key == key
+            assert self._txns.get(holder.txn_id.seq) is holder
+        deadlines = self._deadlines
+        assert all(deadlines[(i - 1) // 2] <= deadlines[i] for i in range(1, len(deadlines)))
+        queued = set(deadlines)
+        ended = set(self._ended)
+        for seq, record in self._txns.items():
+            if record.state is TxnState.OPEN:
+                assert (record.deadline_ms, seq) in queued, f"open txn {seq} has no deadline"
+            elif record.state.is_ended:
+                assert seq in ended, f"ended txn {seq} is not in the ended order"
+        self._outcomes._check()
 
     async def list_txns(
         self,

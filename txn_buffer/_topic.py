@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from txnstream.ledger import (
-    AppendLane,
     Catalog,
     EntryKind,
     ManagedLedger,
     Position,
+    TailAppender,
     TxnId,
     WriteBatch,
     encode_payload,
@@ -183,8 +183,8 @@ class Topic:
         runs.append((position, position, EntryKind.DATA, txn_id))
         return position
 
-    def lane(self, batch: WriteBatch, txn_id: TxnId) -> TopicLane | None:
-        """A :class:`TopicLane` for ``txn_id``'s next sends in ``batch``, right after a
+    def run_appender(self, batch: WriteBatch, txn_id: TxnId) -> TxnRunAppender | None:
+        """A :class:`TxnRunAppender` for ``txn_id``'s next sends in ``batch``, right after a
         :meth:`prepare_one` of it; None when that send did not end the topic's last run."""
         runs = self._durable_entries
         if not self._joins_durable(batch):
@@ -195,7 +195,9 @@ class Topic:
         run = runs[-1]
         if run[3] is not txn_id or run[2] is not EntryKind.DATA or run[1] != span[1]:
             return None
-        return TopicLane(self, batch, runs, run, span, self.ledger.lane(batch, txn_id.seq))
+        return TxnRunAppender(
+            self, batch, runs, run, span, self.ledger.tail_appender(batch, txn_id.seq)
+        )
 
     def prepare_marker(self, batch: WriteBatch, kind: EntryKind, txn_id: TxnId) -> Position:
         """Add a COMMIT or ABORT marker (and the abort index row) to ``batch``."""
@@ -243,16 +245,16 @@ class Topic:
         Catalog.prepare_producer(batch, self.topic_id, producer, sequence, positions)
 
 
-class TopicLane:
+class TxnRunAppender:
     """One transaction's further data entries to a topic within one batch, each extending
-    the run the buffer applies once the batch is durable (see :meth:`Topic.lane`).
+    the run the buffer applies once the batch is durable (see :meth:`Topic.run_appender`).
 
-    Valid while the topic's last run is still this lane's (no other append and no other
+    Valid while the topic's last run is still this appender's (no other append and no other
     durable callback came in between) and the topic was not deleted; :meth:`append` says
     None otherwise, and the caller takes the full path.
     """
 
-    __slots__ = ("_batch", "_ledger_lane", "_run", "_runs", "_span", "_topic")
+    __slots__ = ("_batch", "_run", "_runs", "_span", "_tail", "_topic")
 
     def __init__(
         self,
@@ -261,17 +263,17 @@ class TopicLane:
         runs: list[_Run],
         run: _Run,
         span: list[Position],
-        ledger_lane: AppendLane,
+        tail: TailAppender,
     ) -> None:
         self._topic = topic
         self._batch = batch
         self._runs = runs
         self._run = run
         self._span = span
-        self._ledger_lane = ledger_lane
+        self._tail = tail
 
     def append(self, payload: bytes) -> Position | None:
-        """Append one data entry; None (nothing done) if the lane no longer holds."""
+        """Append one data entry; None (nothing done) if the appender no longer holds."""
         topic = self._topic
         runs = self._runs
         run = self._run
@@ -282,7 +284,7 @@ class TopicLane:
             or not topic._joins_durable(self._batch)
         ):
             return None
-        position = self._ledger_lane.append(payload)
+        position = self._tail.append(payload)
         if position is None:
             return None
         self._span[1] = position

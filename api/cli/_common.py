@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api import Position
+from txnstream.api.client import TxnStreamHttpError, TxnStreamTransportError
 
 if TYPE_CHECKING:
     from txnstream.api.client import Client

@@ -5,7 +5,7 @@ an existing subscription is used with its own type and isolation unless ``--type
 ``--isolation`` say otherwise (the server answers 409 if they differ from what it has).
 
 With ``--from`` there is no subscription: the topic is read by range fetches, and
-read_committed filtering happens here, as a stateless reader does it (HTTP_API.md,
+read_committed filtering happens here, as a stateless reader does it (``docs/http-api.md``,
 "Range fetch"): markers are skipped and a data entry whose transaction is in the
 answer's ``aborted`` list is dropped. The server keeps nothing for such a reader.
 ``--from`` takes, as kcat's ``-o``: ``earliest``, ``latest``, a position ``L:E``, ``-N``
@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api import Position
+from txnstream.api.client import TxnStreamHttpError, TxnStreamTransportError
 
 if TYPE_CHECKING:
     from txnstream.api.client import Client

@@ -3,7 +3,7 @@
 A :class:`Call` is one request (method, path, query, JSON body) plus the function that
 turns the answer into the method's result. The sync and async clients send calls built
 here and differ only in how they wait; neither knows any path or field. Parameters are
-named as the contract's fields (HTTP_API.md), ``None`` meaning "leave it out" so that
+named as the contract's fields (``docs/http-api.md``), ``None`` meaning "leave it out" so that
 the server's default applies.
 """
 
@@ -19,7 +19,9 @@ from urllib.parse import quote
 
 import httpx
 
-from txnstream.api import Position, TxnStreamHttpError, TxnStreamTransportError
+from txnstream.api import Position
+
+from ._errors import TxnStreamHttpError, TxnStreamTransportError
 
 T = TypeVar("T")
 Body = dict[str, Any]

@@ -1,8 +1,8 @@
 """The blocking :class:`Client` and the asyncio :class:`AsyncClient` of the HTTP API.
 
 Both send the calls of ``_calls`` and differ only in how they wait. Results are the
-answers' JSON bodies as HTTP_API.md describes them, unwrapped when the body is one list
-(topics, transactions, messages); ``create_topic`` and ``create_subscription`` say whether
+answers' JSON bodies as ``docs/http-api.md`` describes them, unwrapped when the body is
+one list (topics, transactions, messages); ``create_topic`` and ``create_subscription`` say whether
 they created. A non-2xx answer raises :class:`~txnstream.api.TxnStreamHttpError` (``status``,
 ``code``, ``message``); no answer at all raises :class:`~txnstream.api.TxnStreamTransportError`
 (code ``unavailable``).

@@ -29,7 +29,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from txnstream.api import TxnStreamHttpError, TxnStreamTransportError
+from ._errors import TxnStreamHttpError, TxnStreamTransportError
 
 ROLE_HEADER = "txnstream-role"
 """Response header a standby sets on every answer (``standby``)."""
@@ -93,6 +93,7 @@ class Attempt:
         self._index = servers._current
         self._tried = 0
         self._redirects = 0
+        self._followed = 0
         self._backoff = _BACKOFF_FIRST
         self._deadline = time.monotonic() + servers.failover_timeout
         self._foreign: str | None = None
@@ -113,7 +114,8 @@ class Attempt:
         delay = 0.0
         if self._tried % len(servers.urls) == 0:  # a whole round failed: back off
             delay, self._backoff = self._backoff, min(self._backoff * 2, _BACKOFF_MAX)
-        if time.monotonic() + delay > self._deadline:
+        now = time.monotonic()
+        if now >= self._deadline:
             if self._foreign is not None:
                 raise TxnStreamHttpError(
                     f"redirected to {self._foreign}, which is not one of the servers given"
@@ -122,7 +124,7 @@ class Attempt:
                     "unavailable",
                 )
             raise error
-        return delay
+        return min(delay, self._deadline - now)  # the last try comes at the deadline
 
     def refused(self, exc: httpx.TransportError) -> float:
         """No connection could be made to :attr:`url`."""
@@ -139,9 +141,12 @@ class Attempt:
         if response.status_code in (307, 308) and "location" in response.headers:
             target = urljoin(str(response.url), response.headers["location"])
             self._redirects += 1
-            if self._redirects > _MAX_REDIRECTS:
-                raise TxnStreamTransportError(f"too many redirects, the last to {target}", True)
             known = self._servers._origins.get(origin(target))
+            if known is not None or not self._servers._token:
+                self._followed += 1  # a loop of redirects followed: stop
+                if self._followed > _MAX_REDIRECTS:
+                    detail = f"too many redirects, the last to {target}"
+                    raise TxnStreamTransportError(detail, True)
             if known is not None:
                 self._index = known
                 self.url = self._servers.urls[known]

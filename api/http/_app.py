@@ -10,9 +10,9 @@ OpenAPI document. ``/docs`` (Swagger UI) and ``/redoc`` are served with assets f
 
 Middleware, outermost first: the edge (request id, metrics, access log, last-resort
 500), the Host/Origin guard, CORS (only with ``cors_origins``), authentication (only
-with ``auth``), the body limit, then the hot lane (``_lane.py``: the routes that need no
+with ``auth``), the body limit, then the direct routes (``_direct.py``: the routes that need no
 parameter solving, served without the router). FastAPI's own layers (exception
-telemetry, its body limit, the exception handlers) sit inside the hot lane, so only the
+telemetry, its body limit, the exception handlers) sit inside the direct routes, so only the
 requests it steps aside for pass them; its outer 500 page is left out, the edge being
 the last-resort 500 (see :func:`_middleware_outermost`).
 """
@@ -42,9 +42,9 @@ from . import (
 )
 from ._access import AccessPolicy, GuardMiddleware
 from ._auth import AuthMiddleware
+from ._direct import DirectRoutes
 from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
-from ._lane import HotLane
 from ._limits import DEFAULT_INFLIGHT_BODY_BYTES
 from ._schemas import BatchRequest, BeginRequest, ProduceRequest
 from ._telemetry import HttpMetrics
@@ -60,8 +60,8 @@ def _middleware_outermost(app: FastAPI) -> None:
     FastAPI puts three layers of its own around the app's middleware: the 500 page,
     exception telemetry (ours is off) and its body limit (unset: ours reads bodies). Each
     is a coroutine per request, and the 500 page one more per response message; they did
-    nothing for the hot lane's requests (the edge answers every error first) yet cost ~3%
-    of a produce over HTTP. Here they go inside the hot lane, and the 500 page is left
+    nothing for the direct routes's requests (the edge answers every error first) yet cost ~3%
+    of a produce over HTTP. Here they go inside the direct routes, and the 500 page is left
     out while no handler or debug page is configured for it: the edge is the last-resort
     500 (JSON, logged, with the request id), as it already was for every route.
     """
@@ -114,7 +114,7 @@ def create_app(
     app.state.engine = engine
     app.state.drain = drain if drain is not None else Drain()
     install_error_handlers(app)
-    app.add_middleware(HotLane, router=app.router, handlers=app.exception_handlers)
+    app.add_middleware(DirectRoutes, router=app.router, handlers=app.exception_handlers)
     app.add_middleware(
         BodyLimitMiddleware,
         max_request_bytes=engine.config.max_request_bytes,

@@ -1,4 +1,4 @@
-"""Response limits of the HTTP API (HTTP_API.md, Additions v1.1)."""
+"""Response limits of the HTTP API (``docs/http-api.md``: ``max_bytes``)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 def route_label(scope: MutableMapping[str, Any], routes: Sequence[BaseRoute]) -> str:
     """The route template a request is counted under: its route's, if the router (or the
-    hot lane) found one; else the first route that matches it at all; else unmatched."""
+    direct routes) found one; else the first route that matches it at all; else unmatched."""
     route = scope.get("route")
     if route is not None:
         path: str = getattr(route, "path", UNMATCHED)

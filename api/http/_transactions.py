@@ -29,7 +29,7 @@ router = APIRouter(tags=["transactions"])
 async def begin(request: Request) -> Response:
     """Begin a transaction; a reused ``transactional_id`` fences the previous one."""
     engine = engine_of(request)
-    raw = await json_body(request)  # (read raw: the hot lane serves this route, see _lane)
+    raw = await json_body(request)  # (read raw: the direct routes serves this route, see _direct)
     req = BeginRequest() if raw.strip() in (b"", b"null") else validated(raw, BeginRequest)
     timeout = None if req.timeout_ms is None else req.timeout_ms / 1000
     principal = principal_of(request)

@@ -15,13 +15,9 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from txnstream.api import (
-    CommittedReader,
-    InvalidArgumentError,
-    Position,
-    TxnStreamSourceError,
-    validate_name,
-)
+from txnstream.api import CommittedReader, InvalidArgumentError, Position, validate_name
+
+from ._errors import TxnStreamSourceError
 
 FORMAT = "txnstream"
 
@@ -45,6 +41,9 @@ ARROW_SCHEMA = pa.schema(
         pa.field("publish_time", pa.timestamp("us", tz="UTC")),
     ]
 )
+SPARK_COLUMNS = tuple(ARROW_SCHEMA.names)
+"""The source's columns, in order; an offloaded ledger's object starts with them, so a
+task reads them straight from it (:meth:`~txnstream.api.CommittedReader.read_offloaded`)."""
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"

@@ -24,10 +24,10 @@ from txnstream.api import (
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
-    TxnStreamSourceError,
 )
 
-from ._common import BATCH_ROWS, READ_COMMITTED, Window, make_batch
+from ._common import BATCH_ROWS, READ_COMMITTED, SPARK_COLUMNS, Window, make_batch
+from ._errors import TxnStreamSourceError
 
 
 @contextmanager
@@ -193,7 +193,12 @@ def read_offloaded(
     from its object (credentials from this process's ``AWS_*`` environment)."""
     try:
         yield from CommittedReader.read_offloaded(
-            url, lo, hi, committed=isolation == READ_COMMITTED, size=size
+            url,
+            lo,
+            hi,
+            columns=SPARK_COLUMNS,
+            committed=isolation == READ_COMMITTED,
+            size=size,
         )
     except LedgerError as exc:
         raise TxnStreamSourceError(str(exc)) from None

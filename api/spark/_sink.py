@@ -39,10 +39,10 @@ from txnstream.api import (
     EngineError,
     OutgoingMessage,
     TopicNotFoundError,
-    TxnStreamSourceError,
 )
 
 from ._common import SourceOptions
+from ._errors import TxnStreamSourceError
 from ._path import database_file
 from ._url import ServerClient
 

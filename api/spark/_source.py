@@ -82,7 +82,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txnstream.api import Position, TxnStreamSourceError
+from txnstream.api import Position
 
 from ._common import (
     FORMAT,
@@ -94,6 +94,7 @@ from ._common import (
     parse_position,
     position_of,
 )
+from ._errors import TxnStreamSourceError
 from ._path import LedgerRange, committed_reader, read_offloaded, read_range, split_window
 from ._url import RemotePart, ServerClient, read_window, split_ledgers, split_listing
 from ._writers import TxnStreamStreamWriter, TxnStreamWriter, check_write

@@ -20,16 +20,17 @@ from typing import Any, TypeVar
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from txnstream.api import (
-    InvalidArgumentError,
-    Position,
+from txnstream.api import InvalidArgumentError, Position
+from txnstream.api.client import (
+    Client,
     TxnStreamHttpError,
-    TxnStreamSourceError,
     TxnStreamTransportError,
+    message_value,
+    wire_message,
 )
-from txnstream.api.client import Client, message_value, wire_message
 
 from ._common import READ_COMMITTED, SourceOptions, Window, make_batch
+from ._errors import TxnStreamSourceError
 
 T = TypeVar("T")
 _PAGE = 1000

@@ -21,9 +21,8 @@ except ImportError as exc:  # pragma: no cover - PySpark 4.0
     ) from exc
 from pyspark.sql.types import BinaryType, DataType, MapType, NullType, StringType, StructType
 
-from txnstream.api import TxnStreamSourceError
-
 from ._common import SourceOptions
+from ._errors import TxnStreamSourceError
 from ._path import committed_reader
 from ._sink import abort_job, checkpoint_query_id, commit_job, write_rows
 from ._url import ServerClient

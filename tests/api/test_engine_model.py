@@ -2,7 +2,7 @@
 
 Random begin / transactional send / plain send / commit / abort / rollover / restart on
 two topics; transactional sends go through handles kept per transaction (so a handle's
-send lane outlives a step) and interleave several transactions within one step. After
+fast send outlives a step) and interleave several transactions within one step. After
 every step: the stable position is exactly where the model puts it, each transaction
 buffer passes ``_check()``, and a read_committed subscription on each topic has delivered
 exactly the committed and non-transactional values at or below it, in log order.

@@ -1,4 +1,4 @@
-"""HTTP_API.md happy paths against a real uvicorn server (the session server, ``server_url``)."""
+"""docs/http-api.md happy paths against a real uvicorn server (the session server)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every error of HTTP_API.md: status, contract code, error body, and nothing stored."""
+"""Every error of docs/http-api.md: status, contract code, error body, and nothing stored."""
 
 from __future__ import annotations
 

@@ -194,14 +194,18 @@ async def test_reader_sees_offloaded_ledgers(tmp_path: Path) -> None:
         values = [
             v
             for r in remote
-            for b in CommittedReader.read_offloaded(r.url, 0, r.entries, committed=True)
+            for b in CommittedReader.read_offloaded(
+                r.url, 0, r.entries, columns=("value",), committed=True
+            )
             for v in b.column("value").to_pylist()
         ]
         assert values == [b"%d" % i for i in range(6)]  # the aborted one and markers out
         with_aborted = [
             v
             for r in remote
-            for b in CommittedReader.read_offloaded(r.url, 0, r.entries, committed=False)
+            for b in CommittedReader.read_offloaded(
+                r.url, 0, r.entries, columns=("value",), committed=False
+            )
             for v in b.column("value").to_pylist()
         ]
         assert b"gone" in with_aborted

@@ -230,6 +230,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         harness = self.harness
         rows = self.run(harness.rows())  # flushes first: every decision is durable
         coord = self.coord
+        coord._check()
+        harness.store._check()
         for seq, txn in self.model.items():
             record = coord.get(TxnId(seq))
             assert (record.state, record.fenced) == (TxnState(txn.state), txn.fenced)

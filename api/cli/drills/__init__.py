@@ -14,6 +14,7 @@ no server is using (stop the server first). ``crash`` owns its server child and 
 on the way out, whatever happens.
 """
 
+from ._errors import DrillError
 from ._group import drill_app
 
-__all__ = ["drill_app"]
+__all__ = ["DrillError", "drill_app"]

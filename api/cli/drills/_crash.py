@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from txnstream.api import DrillError, TopicReplay, replay_check
+from txnstream.api import TopicReplay, replay_check
 
 from ._console import consoles, yes
+from ._errors import DrillError
 from ._history import History, check_history
 from ._server import ServerChild
 from ._workload import Workload

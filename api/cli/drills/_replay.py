@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from txnstream.api import DrillError, TopicReplay, replay_check
+from txnstream.api import NotFoundError, TopicReplay, replay_check
 
 from ._console import consoles, yes
 
@@ -92,7 +92,7 @@ def run(data: Path) -> None:
 
     try:
         results = asyncio.run(run())
-    except DrillError as exc:
+    except NotFoundError as exc:  # no txnstream database there
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     finally:

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import txnstream
-from txnstream.api import DrillError, TxnStreamHttpError
-from txnstream.api.client import AsyncClient
+from txnstream.api.client import AsyncClient, TxnStreamHttpError
+
+from ._errors import DrillError
 
 REQUEST_TIMEOUT = 15.0
 """Seconds per request of the workload (a long poll waits 1 s)."""

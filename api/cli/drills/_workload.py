@@ -22,9 +22,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from txnstream.api import DrillError, TxnStreamHttpError, TxnStreamTransportError
-from txnstream.api.client import AsyncClient
+from txnstream.api.client import AsyncClient, TxnStreamHttpError, TxnStreamTransportError
 
+from ._errors import DrillError
 from ._history import Delivery, History, Pos, Sent, TxnRun, parse_position
 from ._server import ServerChild
 

@@ -1,4 +1,4 @@
-"""The hot lane: routes that take only their path and the request, dispatched without the
+"""The direct routes: routes that take only their path and the request, dispatched without the
 router.
 
 Between the edge and an endpoint, Starlette and FastAPI spent more than half of a
@@ -48,7 +48,7 @@ class _Entry:
     """Each path parameter with the pattern its value must match entirely (None: any)."""
 
 
-class HotLane:
+class DirectRoutes:
     """Serves the routes that need nothing solved before their endpoint (see module)."""
 
     def __init__(
@@ -75,14 +75,14 @@ class HotLane:
         await self.app(scope, receive, send)
 
     def _find(self, method: str, path: str) -> tuple[APIRoute, dict[str, str]] | None:
-        """The route the router would pick and its parameters, if this lane serves it."""
+        """The route the router would pick and its parameters, if it serves it directly."""
         for entry in self._by_method.get(method, ()):
             if entry.regex is None:
                 assert entry.other is not None
                 match, _ = entry.other.matches({"type": "http", "method": method, "path": path})
                 if match is Match.NONE:
                     continue
-                return None  # the router's choice, but not one this lane serves
+                return None  # the router's choice, but not one served directly
             found = entry.regex.match(path)
             if found is None:
                 continue
@@ -147,7 +147,7 @@ def _answers_a_response(route: APIRoute) -> bool:
 
 
 def _served(route: APIRoute) -> tuple[tuple[str, re.Pattern[str] | None], ...] | None:
-    """The parameter checks of a route the lane may serve; None if it may not: it takes
+    """The parameter checks of a route it may serve directly; None if it may not: it takes
     something FastAPI must solve, a non-string parameter, or a constraint other than a
     pattern (the app then validates it as usual)."""
     dependant = route.dependant

@@ -1,4 +1,4 @@
-"""The hot lane (``api/http/_lane.py``) serves a request only as the router would: the
+"""The direct routes (``api/http/_direct.py``) serve a request only as the router would: the
 same route, path parameters the route's own validation accepts, and the app's own error
 answers; everything else reaches the router unchanged."""
 
@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match
 
 from txnstream.api import Engine
 from txnstream.api.http import create_app
-from txnstream.api.http._lane import HotLane, _served
+from txnstream.api.http._direct import DirectRoutes, _served
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,7 +49,7 @@ shaped = st.sampled_from(
 @pytest.fixture(scope="module")
 def app_routes(tmp_path_factory: pytest.TempPathFactory) -> Any:
     async def build() -> Any:
-        async with Engine.open(tmp_path_factory.mktemp("lane") / "data") as engine:
+        async with Engine.open(tmp_path_factory.mktemp("direct") / "data") as engine:
             return create_app(engine)
 
     return asyncio.run(build())
@@ -77,20 +77,20 @@ def _valid_params(route: APIRoute, params: dict[str, str]) -> bool:
 @example(path="/v1/transactions/finish")
 @example(path="/v1/transactions/finish/commit")
 @example(path="/v1/topics/t/subscriptions/s/messages")
-def test_the_lane_takes_exactly_the_requests_the_router_would_give_its_routes(
+def test_direct_routes_take_exactly_the_requests_the_router_would_give_its_routes(
     app_routes: Any, path: str
 ) -> None:
     routes = app_routes.routes
-    lane = HotLane(app_routes, app_routes.router, app_routes.exception_handlers)
+    direct = DirectRoutes(app_routes, app_routes.router, app_routes.exception_handlers)
     for method in METHODS:
-        found = lane._find(method, path)
+        found = direct._find(method, path)
         pick = _router_pick(routes, method, path)
         if found is not None:
             route, params = found
             assert route is pick
             assert _valid_params(route, params)
         elif isinstance(pick, APIRoute) and _served(pick) is not None:
-            # a route the lane serves, left to the router: only for a refused parameter
+            # a route served directly, left to the router: only for a refused parameter
             params = pick.matches({"type": "http", "method": method, "path": path})[1]
             assert not _valid_params(pick, params["path_params"])
 
@@ -134,11 +134,11 @@ async def test_served_routes_answer_errors_and_label_metrics_as_the_router_did(
     assert any('route="/v1/transactions",status="201"' in line for line in metrics.splitlines())
 
 
-async def test_an_unexpected_failure_is_the_edges_json_500_on_either_side_of_the_lane(
+async def test_an_unexpected_failure_is_the_edges_json_500_on_either_side_of_the_direct_routes(
     engine: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """FastAPI's own layers sit inside the lane and its plain-text 500 page is left out:
-    a failure in a route the lane serves and in one it leaves to the router is the
+    """FastAPI's own layers sit inside the direct routes and its plain-text 500 page is left out:
+    a failure in a route served directly and in one it leaves to the router is the
     edge's logged JSON 500 with the request id, nothing else."""
 
     async def broken(*args: Any, **kwargs: Any) -> Any:
@@ -151,14 +151,14 @@ async def test_an_unexpected_failure_is_the_edges_json_500_on_either_side_of_the
     monkeypatch.setattr(engine, "get_transaction", broken)  # GET /v1/transactions/{txn}
     monkeypatch.setattr(engine, "iter_transactions", broken_pages)  # GET /v1/transactions
     app = create_app(engine)
-    lane = app.build_middleware_stack()
+    layer = app.build_middleware_stack()
     layers = []
-    while lane is not None:
-        layers.append(type(lane).__name__)
-        lane = getattr(lane, "app", None)
+    while layer is not None:
+        layers.append(type(layer).__name__)
+        layer = getattr(layer, "app", None)
     assert layers[0] == "EdgeMiddleware"
     assert "ServerErrorMiddleware" not in layers
-    assert layers.index("HotLane") < layers.index("ExceptionMiddleware")
+    assert layers.index("DirectRoutes") < layers.index("ExceptionMiddleware")
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://txnstream") as http:
         served = await http.get("/v1/transactions/txn-1")

@@ -1,7 +1,8 @@
-"""``Transaction.send``'s lane: a handle's further value-only sends to one topic skip the
-full path while nothing around them changed. Whatever interleaves (other transactions,
-plain sends, keyed sends, refused values, ledger roll-overs, ends), the log must be what
-the full path alone would have written, and a send the full path refuses is refused."""
+"""``Transaction.send``'s fast path (``FastTxnSend``): a handle's further value-only sends
+to one topic skip the full path while nothing around them changed. Whatever interleaves
+(other transactions, plain sends, keyed sends, refused values, ledger roll-overs, ends),
+the log must be what the full path alone would have written, and a send the full path
+refuses is refused."""
 
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
 
 
 @settings(max_examples=60, deadline=None)
-@example(  # another transaction's send comes between two of the lane's
+@example(  # another transaction's send comes between two of the fast path's
     program=[
         ("burst", 0, "a", 2),
         ("send", 1, "a", False),
@@ -171,7 +172,7 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
     ],
     ends=[True, True, True],
 )
-@example(  # the open ledger rolls over inside the lane's batch
+@example(  # the open ledger rolls over inside the fast path's batch
     program=[("burst", 0, "a", 2), ("roll", "a", True), ("send", 0, "a", False)],
     ends=[True, True, True],
 )
@@ -190,7 +191,7 @@ async def test_a_send_after_another_handle_committed_is_refused(engine: Engine) 
     await engine.create_topic("t")
     txn = await engine.begin()
     await txn.send("t", 1)
-    await txn.send("t", 2)  # the lane is set up and taken
+    await txn.send("t", 2)  # the fast path is set up and taken
     await engine.commit(txn.id)  # through the engine: the handle does not know
     with pytest.raises(TxnNotOpenError):
         await txn.send("t", 3)
@@ -215,8 +216,8 @@ async def test_a_send_after_the_timeout_is_refused_and_not_stored(engine: Engine
 
 
 async def test_each_send_carries_the_millisecond_it_was_made_in(engine: Engine) -> None:
-    """The lane makes a payload head once per millisecond: a send still gets its own
-    time, also when the clock moves on between two sends of one lane."""
+    """The fast path makes a payload head once per millisecond: a send still gets its own
+    time, also when the clock moves on between two sends of one fast path."""
     await engine.create_topic("t")
     txn = await engine.begin()
     windows = []
@@ -224,7 +225,7 @@ async def test_each_send_carries_the_millisecond_it_was_made_in(engine: Engine) 
         before = time.time_ns() // 1_000_000
         await txn.send("t", value)
         windows.append((before, time.time_ns() // 1_000_000))
-        if value % 20 == 19:  # let the clock pass a millisecond or more, lane held
+        if value % 20 == 19:  # let the clock pass a millisecond or more, fast path held
             end = time.monotonic() + 0.002
             while time.monotonic() < end:
                 pass
