@@ -292,12 +292,10 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
                 self._store = None
             try:
                 await self._load()
-            except DataDirLockedError:
-                if not self.standby_allowed:
-                    raise
-                await self._step_down()  # another server took over meanwhile
-                return
             except Exception as exc:  # noqa: BLE001 - any failure: report it, try again
+                if self.standby_allowed and isinstance(exc, DataDirLockedError):
+                    await self._step_down()  # another server took over meanwhile
+                    return
                 self._failure = exc
                 log.warning("recovery failed (%s); retrying in %.2f s", exc, delay)
                 await asyncio.sleep(delay)
@@ -371,6 +369,11 @@ class Engine(Producing, TopicAdmin, Offsets, Consuming, Offloading):
                 lease = await watch.read()
                 self.active_url = None if lease is None else lease.active_url
                 if lease is None or lease.free:
+                    if lease is not None and lease.holder is not None:
+                        # expired, not released: its holder may be paused mid-write
+                        ended = await watch.end_sessions(lease)
+                        if ended:
+                            log.warning("ended %d session(s) of the expired active", ended)
                     try:
                         await self._load()
                         break

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -48,6 +49,27 @@ log = logging.getLogger("txnstream.store")
 
 _APPLICATION = "txnstream"
 _SETTLE_MIN_SECONDS = 5.0
+
+
+def session_name(holder: str) -> str:
+    """The ``application_name`` of every session of the server ``holder`` (a standby that
+    takes an expired lease over ends that server's sessions by it)."""
+    return f"{_APPLICATION} {hashlib.sha256(holder.encode()).hexdigest()[:16]}"
+
+
+_END_SESSIONS = """
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()
+"""
+
+
+def _session_options(lease_timeout: float) -> str:
+    """libpq ``options`` of this store's sessions: PostgreSQL ends a transaction left
+    idle for the lease timeout. A server paused (SIGSTOP, a VM freeze) inside a write or a
+    renewal would otherwise hold the lease row's lock, and so block the standby's
+    takeover, until it woke; ended, its transaction rolls back and it writes nothing."""
+    milliseconds = max(1, round(lease_timeout * 1000))
+    return f"-c idle_in_transaction_session_timeout={milliseconds}"
 
 
 class _NotCommitted(Exception):
@@ -105,8 +127,9 @@ class PgStore(Store):
             writer = await psycopg.AsyncConnection.connect(
                 url,
                 autocommit=True,
-                application_name=_APPLICATION,
+                application_name=session_name(holder),
                 connect_timeout=max(1, round(connect_timeout)),
+                options=_session_options(lease_timeout),
             )
         except psycopg.OperationalError as exc:  # the engine's errors, not the driver's
             raise EngineFailedError(f"cannot connect to the store at {redact(url)}: {exc}") from exc
@@ -124,7 +147,11 @@ class PgStore(Store):
                 url,
                 min_size=readers,
                 max_size=readers,
-                kwargs={"autocommit": True, "application_name": _APPLICATION},
+                kwargs={
+                    "autocommit": True,
+                    "application_name": session_name(holder),
+                    "options": _session_options(lease_timeout),
+                },
                 open=False,
                 name="txnstream-readers",
             )
@@ -222,8 +249,9 @@ class PgStore(Store):
             writer = self._writer = await psycopg.AsyncConnection.connect(
                 self.url,
                 autocommit=True,
-                application_name=_APPLICATION,
+                application_name=session_name(self.lease.holder),
                 connect_timeout=self._connect_timeout,
+                options=_session_options(self.lease.ttl),
             )
         return writer
 
@@ -468,6 +496,22 @@ class LeaseWatch:
         except psycopg.Error as exc:
             log.warning("cannot read the store's lease: %s", exc)
             return None
+
+    async def end_sessions(self, lease: LeaseState) -> int:
+        """End the sessions of the server that held ``lease`` (expired: it is dead, paused
+        or cut off), so that a transaction it left open, holding the lease row's lock,
+        rolls back instead of blocking the takeover until it wakes; returns how many.
+        PostgreSQL lets a role end its own sessions."""
+        if lease.holder is None or self._conn is None:
+            return 0
+        try:
+            row = await (
+                await self._conn.execute(_END_SESSIONS, (session_name(lease.holder),))
+            ).fetchone()
+        except psycopg.Error as exc:
+            log.warning("cannot end the sessions of the expired active: %s", exc)
+            return 0
+        return 0 if row is None else int(row[0])
 
     async def close(self) -> None:
         """Close the connection."""

@@ -5,9 +5,11 @@ While the engine is a standby (``EngineState.STANDBY``), ``GET /v1/health`` answ
 /metrics`` this server's own metrics (``txnstream_active`` 0), and every other route a
 307 to the same path and query on the active's advertised URL, as the store's lease row
 says (never the request's ``Host``), or 503 ``unavailable`` when no active is known.
-Every answer a standby gives, including those of calls that were in flight when the
-server stepped down, carries ``txnstream-role: standby``: clients given several URLs
-take it as "try the next one".
+Every answer a standby gives carries ``txnstream-role: standby``: clients given several
+URLs take it as "try the next one", which is safe because a standby applied nothing. A
+call that was in flight when an active stepped down fails with a plain 503
+``unavailable``, without the header: it may have been applied (a flush whose outcome
+was in doubt when the lease moved), so it must not be sent elsewhere blindly.
 """
 
 from __future__ import annotations
@@ -38,25 +40,19 @@ class StandbyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         engine = self.engine
-        if scope["type"] != "http":
+        if scope["type"] != "http" or engine.state is not EngineState.STANDBY:
             await self.app(scope, receive, send)
-            return
-        if engine.state is not EngineState.STANDBY:
-            # Only an engine that may step down needs its answers watched.
-            await self.app(
-                scope, receive, _marking(send, engine) if engine.standby_allowed else send
-            )
             return
         path: str = scope["path"]
         active = engine.active_url
         if path in _OWN_PATHS:
-            await self.app(scope, receive, _marking(send, engine))
+            await self.app(scope, receive, _marking(send))
         elif path == "/v1/health":
             body = json_bytes({"status": "standby", "active": active})
             await _send(send, 503, body, [(b"content-type", b"application/json")])
         elif active is None:
             await send_error(
-                _marking(send, engine),
+                _marking(send),
                 503,
                 "unavailable",
                 "this server is a standby; no active is known",
@@ -68,12 +64,11 @@ class StandbyMiddleware:
             await _send(send, 307, b"", [(b"location", target)])
 
 
-def _marking(send: Send, engine: Engine) -> Send:
-    """``send`` adding the standby header to a response that starts once the engine
-    stepped down (a call in flight then fails with 503 unavailable)."""
+def _marking(send: Send) -> Send:
+    """``send`` adding the standby header to the response."""
 
     async def marked(message: Message) -> None:
-        if message["type"] == "http.response.start" and engine.state is EngineState.STANDBY:
+        if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", ()), ROLE_HEADER]}
         await send(message)
 
