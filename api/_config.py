@@ -75,6 +75,13 @@ class EngineConfig:
     """Keep CPython's full garbage collections short: pause automatic collection while
     recovering, then :func:`gc.freeze` what exists once open (undone when the last such
     engine of the process closes). Process-wide; see ``api/_gc.py``."""
+    lease_timeout: float = 5.0
+    """PostgreSQL store: seconds the active's lease lasts without a renewal (renewed
+    every third of it). A standby takes over once it expired; an active that could not
+    renew it in time steps down."""
+    advertise_url: str | None = None
+    """PostgreSQL store: the URL clients are sent to while this engine is the active
+    (kept in the lease row; standbys redirect there). ``serve`` defaults it to its own."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
@@ -101,6 +108,7 @@ class EngineConfig:
             "retention_check_interval",
             "ttl_check_interval",
             "offload_check_interval",
+            "lease_timeout",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -121,6 +121,9 @@ class EngineState(enum.Enum):
     UNOPENED = "unopened"
     OPEN = "open"
     RECOVERING = "recovering"
+    STANDBY = "standby"
+    """PostgreSQL store: another server holds the store's lease; this one waits to take
+    over (every call answers unavailable meanwhile)."""
     CLOSING = "closing"
     CLOSED = "closed"
     FAILED = "failed"
@@ -129,7 +132,8 @@ class EngineState(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Health:
     """``status`` is ``ok`` (writes accepted), ``degraded`` (reads only: e.g. the disk is
-    full), ``recovering`` or ``failed``; ``reason`` says why when it is not ``ok``."""
+    full), ``recovering``, ``standby`` (another server is the active) or ``failed``;
+    ``reason`` says why when it is not ``ok``."""
 
     status: str
     reason: str | None
@@ -176,6 +180,12 @@ class EngineCore:
         """What the last open (or in-place recovery) rebuilt; None before the first open."""
         self.state = EngineState.UNOPENED
         self._failure: BaseException | None = None
+        self.standby_allowed = False
+        """PostgreSQL store: wait as a standby when another server holds the lease (and
+        step down to one when it is lost), instead of failing."""
+        self.active_url: str | None = None
+        """While a standby: the active's advertised URL as the lease row says (None when
+        unknown)."""
         self._store: Store | None = None
         self._storage_metrics = StorageMetrics(database_bytes=0, wal_bytes=0)
         self._coordinator: Coordinator | None = None
@@ -232,6 +242,10 @@ class EngineCore:
         if self.state is EngineState.RECOVERING:
             raise EngineFailedError(
                 f"the engine is recovering from a storage failure: {self._failure}"
+            )
+        if self.state is EngineState.STANDBY:
+            raise EngineFailedError(
+                f"this server is a standby; the active is {self.active_url or 'not known'}"
             )
         raise ClosedError(f"the engine is {self.state.value}")
 

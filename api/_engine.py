@@ -33,8 +33,10 @@ from txnstream.ledger import (
     Catalog,
     ClosedError,
     DataDirectoryLostError,
+    DataDirLockedError,
     FencedError,
     InvalidArgumentError,
+    LeaseLostError,
     Store,
     TxnId,
     WriteBatch,
@@ -78,11 +80,21 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
     # -- lifecycle -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | Path, config: EngineConfig | None = None) -> _EngineOpener:
+    def open(
+        cls, path: str | Path, config: EngineConfig | None = None, *, standby: bool = False
+    ) -> _EngineOpener:
         """Create or open the data directory at ``path``, or the PostgreSQL store at a
         ``postgresql://`` URL; recovers before returning. Any other ``scheme://`` raises
-        :class:`InvalidArgumentError`."""
-        return _EngineOpener(cls(path, config))
+        :class:`InvalidArgumentError`.
+
+        A PostgreSQL store whose lease another server holds raises
+        :class:`DataDirLockedError`; with ``standby=True`` the engine opens as a standby
+        instead (state ``STANDBY``, calls answer unavailable), takes over when that
+        lease expires, and steps down to a standby again when it loses the lease.
+        """
+        engine = cls(path, config)
+        engine.standby_allowed = standby and engine.store_url is not None
+        return _EngineOpener(engine)
 
     async def _open(self) -> None:
         if self.state is not EngineState.UNOPENED:
@@ -90,7 +102,14 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         if self.store_url is None:
             self.path.mkdir(parents=True, exist_ok=True)
         with gc_policy.collection_paused(self.config.gc_freeze):
-            await self._load()
+            try:
+                await self._load()
+            except DataDirLockedError:
+                if not self.standby_allowed:
+                    raise
+                log.info("another server is the active: standing by")
+                self._enter_standby()
+                return
             if self.config.gc_freeze:  # before collection resumes: the young generation
                 gc_policy.freeze()  # holds all the recovered objects until then
                 self._gc_frozen = True
@@ -105,7 +124,10 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             from txnstream.ledger import PgStore  # (imports psycopg: only when used)
 
             store = await PgStore.open(
-                self.store_url.url, max_pending_entries=self.config.max_pending_entries
+                self.store_url.url,
+                max_pending_entries=self.config.max_pending_entries,
+                lease_timeout=self.config.lease_timeout,
+                advertise_url=self.config.advertise_url,
             )
         else:
             store = await Store.open(
@@ -258,6 +280,12 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             return
         self._failure = exc
         self._wake_all()
+        if self.standby_allowed and isinstance(exc, LeaseLostError):
+            log.error("this server lost the store's lease (%s): stepping down to standby", exc)
+            self.state = EngineState.STANDBY
+            self.active_url = None
+            self._spawn(self._step_down(), name="txnstream-step-down")
+            return
         # A deleted data directory is not recovered in place: reopening would make a new,
         # empty database where the old one was and serve it as if it were the same.
         if not self.config.auto_recover or isinstance(exc, DataDirectoryLostError):
@@ -283,6 +311,9 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             try:
                 await self._load()
             except Exception as exc:  # noqa: BLE001 - any failure: report it, try again
+                if self.standby_allowed and isinstance(exc, DataDirLockedError):
+                    await self._step_down()  # another server took over meanwhile
+                    return
                 self._failure = exc
                 log.warning("recovery failed (%s); retrying in %.2f s", exc, delay)
                 await asyncio.sleep(delay)
@@ -327,7 +358,67 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             return Health("recovering", reason)
         if self.state is EngineState.FAILED:
             return Health("failed", f"the engine failed: {self._failure}")
+        if self.state is EngineState.STANDBY:
+            return Health("standby", f"another server is the active: {self.active_url}")
         return Health("failed", f"the engine is {self.state.value}")
+
+    # -- standby and failover (PostgreSQL store) -------------------------------------
+
+    def _enter_standby(self) -> None:
+        self.state = EngineState.STANDBY
+        self._spawn(self._stand_by(), name="txnstream-standby")
+
+    async def _step_down(self) -> None:
+        """The lease is lost: drop everything in memory (the store holds it all), close
+        the store and wait as a standby. Calls meanwhile answer unavailable."""
+        self.state = EngineState.STANDBY
+        self.active_url = None
+        await self._stop_background()
+        store, self._store = self._store, None
+        if store is not None:
+            await store.close()
+        self._coordinator = self._subscriptions = None
+        self._topics, self._snapshots, self._retention, self._offload = {}, {}, {}, {}
+        if self._gc_frozen:  # the old state is garbage now
+            self._gc_frozen = False
+            gc_policy.release()
+        await self._stand_by()
+
+    async def _stand_by(self) -> None:
+        """Poll the store's lease (every quarter of the lease timeout); when it is free
+        or expired, take it with the next epoch, load the state (newest snapshot plus
+        tail replay, the recovery path) and serve."""
+        from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
+
+        assert self.store_url is not None
+        watch = LeaseWatch(self.store_url.url)
+        poll = self.config.lease_timeout / 4
+        try:
+            while True:
+                lease = await watch.read()
+                self.active_url = None if lease is None else lease.active_url
+                if lease is None or lease.free:
+                    if lease is not None and lease.holder is not None:
+                        # expired, not released: its holder may be paused mid-write
+                        ended = await watch.end_sessions(lease)
+                        if ended:
+                            log.warning("ended %d session(s) of the expired active", ended)
+                    try:
+                        await self._load()
+                        break
+                    except DataDirLockedError:
+                        pass  # another standby won it
+                    except Exception as exc:  # noqa: BLE001 - report, keep standing by
+                        log.warning("cannot take over the store yet: %s", exc)
+                await asyncio.sleep(poll)
+        finally:
+            await watch.close()
+        self.active_url = None
+        self._failure = None
+        self.metrics.failovers.inc()
+        log.warning("took over the store's lease: this server is the active now")
+        self.state = EngineState.OPEN
+        self._start_background()
 
     def _wake_all(self) -> None:
         if self._subscriptions is not None:

@@ -145,6 +145,17 @@ class EngineMetrics:
             ["status", "reason"],
             registry=self.registry,
         )
+        self.active = Gauge(
+            "txnstream_active",
+            "1 while this server is the active of its store (always, for SQLite), 0 while"
+            " a standby.",
+            registry=self.registry,
+        )
+        self.failovers = Counter(
+            "txnstream_failovers",
+            "Times this server took the store over as a standby (PostgreSQL store).",
+            registry=self.registry,
+        )
         build = Gauge(
             "txnstream_build_info",
             "The running txnstream: version and Python (always 1).",
@@ -180,6 +191,7 @@ class EngineMetrics:
         """Set ``txnstream_engine_up`` (1 while writes are accepted) and the one-hot
         ``txnstream_engine_health{status,reason}`` from an :class:`~txnstream.api.Health`."""
         self.engine_up.set(1 if health.status == "ok" else 0)
+        self.active.set(0 if health.status == "standby" else 1)
         self.engine_health.clear()
         self.engine_health.labels(health.status, health.reason or "").set(1)
 

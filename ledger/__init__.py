@@ -70,7 +70,7 @@ if typing.TYPE_CHECKING:
     from ._lock import LOCK_FILE, DirectoryLock
     from ._offload import OffloadStore, normalize_url, sidecar_url
     from ._parquet import AbortedIndexRow, OffloadedObject, Row, json_text, split_value
-    from ._pg_store import PgStore
+    from ._pg_store import LeaseWatch, PgStore
     from ._pg_url import PostgresUrl, store_location
     from ._reads import EntryMeta, decode_row
     from ._schema import DB_FILE
@@ -117,6 +117,7 @@ _LAZY: dict[str, str] = {
     "Row": "._parquet",
     "json_text": "._parquet",
     "split_value": "._parquet",
+    "LeaseWatch": "._pg_store",
     "PgStore": "._pg_store",  # imports psycopg (~0.2 s): only an engine that uses one pays
     "PostgresUrl": "._pg_url",
     "store_location": "._pg_url",
@@ -160,6 +161,7 @@ __all__ = [
     "InvalidArgumentError",
     "LOCK_FILE",
     "LeaseLostError",
+    "LeaseWatch",
     "LedgerError",
     "LedgerInfo",
     "ManagedLedger",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -36,8 +37,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _pg_sql as sql
 from ._batch import Params, WriteBatch
-from ._errors import DataDirLockedError, LeaseLostError
-from ._pg_lease import STORE_SCOPE, Lease, read_lease
+from ._errors import DataDirLockedError, EngineFailedError, LeaseLostError
+from ._pg_lease import STORE_SCOPE, Lease, LeaseState, read_lease
 from ._pg_schema import migrate
 from ._pg_url import redact
 from ._pg_write import Run, apply_flush, flush_committed
@@ -48,6 +49,27 @@ log = logging.getLogger("txnstream.store")
 
 _APPLICATION = "txnstream"
 _SETTLE_MIN_SECONDS = 5.0
+
+
+def session_name(holder: str) -> str:
+    """The ``application_name`` of every session of the server ``holder`` (a standby that
+    takes an expired lease over ends that server's sessions by it)."""
+    return f"{_APPLICATION} {hashlib.sha256(holder.encode()).hexdigest()[:16]}"
+
+
+_END_SESSIONS = """
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()
+"""
+
+
+def _session_options(lease_timeout: float) -> str:
+    """libpq ``options`` of this store's sessions: PostgreSQL ends a transaction left
+    idle for the lease timeout. A server paused (SIGSTOP, a VM freeze) inside a write or a
+    renewal would otherwise hold the lease row's lock, and so block the standby's
+    takeover, until it woke; ended, its transaction rolls back and it writes nothing."""
+    milliseconds = max(1, round(lease_timeout * 1000))
+    return f"-c idle_in_transaction_session_timeout={milliseconds}"
 
 
 class _NotCommitted(Exception):
@@ -96,16 +118,21 @@ class PgStore(Store):
         store's lease and start renewing it.
 
         Raises :class:`~txnstream.ledger.DataDirLockedError` when another server holds
-        the lease, ``psycopg.OperationalError`` when the database cannot be reached.
+        the lease, :class:`~txnstream.ledger.EngineFailedError` when the database cannot
+        be reached.
         """
         holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         lease = Lease(holder, advertise_url, lease_timeout)
-        writer = await psycopg.AsyncConnection.connect(
-            url,
-            autocommit=True,
-            application_name=_APPLICATION,
-            connect_timeout=max(1, round(connect_timeout)),
-        )
+        try:
+            writer = await psycopg.AsyncConnection.connect(
+                url,
+                autocommit=True,
+                application_name=session_name(holder),
+                connect_timeout=max(1, round(connect_timeout)),
+                options=_session_options(lease_timeout),
+            )
+        except psycopg.OperationalError as exc:  # the engine's errors, not the driver's
+            raise EngineFailedError(f"cannot connect to the store at {redact(url)}: {exc}") from exc
         pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         try:
             await migrate(writer)
@@ -120,7 +147,11 @@ class PgStore(Store):
                 url,
                 min_size=readers,
                 max_size=readers,
-                kwargs={"autocommit": True, "application_name": _APPLICATION},
+                kwargs={
+                    "autocommit": True,
+                    "application_name": session_name(holder),
+                    "options": _session_options(lease_timeout),
+                },
                 open=False,
                 name="txnstream-readers",
             )
@@ -153,8 +184,19 @@ class PgStore(Store):
                     if row is not None:
                         self._database_bytes = int(row[0])
             except (psycopg.Error, PoolTimeout) as exc:
-                # The database is unreachable: keep trying. Writes stay safe meanwhile,
-                # since each flush checks the epoch itself.
+                # The database is unreachable: keep trying while the lease is surely still
+                # ours (writes stay safe meanwhile: each flush checks the epoch itself).
+                # Past that a standby may have taken over: step down.
+                if not lease.held:
+                    self._fail(
+                        LeaseLostError(
+                            f"the store's lease could not be renewed in time: {exc}",
+                            STORE_SCOPE,
+                            -1,
+                        ),
+                        [],
+                    )
+                    return
                 log.warning("lease renewal failed, retrying: %s", exc)
                 continue
             except Exception as exc:  # noqa: BLE001 - anything else: the store fails
@@ -207,8 +249,9 @@ class PgStore(Store):
             writer = self._writer = await psycopg.AsyncConnection.connect(
                 self.url,
                 autocommit=True,
-                application_name=_APPLICATION,
+                application_name=session_name(self.lease.holder),
                 connect_timeout=self._connect_timeout,
+                options=_session_options(self.lease.ttl),
             )
         return writer
 
@@ -436,3 +479,57 @@ class PgStore(Store):
             return {}
         rows = await self.read(sql.SEGMENTS, (topic_id, [int(i) for i in segment_ids]))
         return dict(rows)
+
+
+class LeaseWatch:
+    """A standby's view of the store's lease: who is active and where, read on one
+    connection of its own (reconnected when it breaks)."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
+        self.url = url
+        self._connect_timeout = max(1, round(connect_timeout))
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def read(self) -> LeaseState | None:
+        """The store's lease row, or None when nobody ever held it, the schema is not
+        made yet, or the database cannot be reached now (logged)."""
+        try:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                if conn is not None:
+                    await conn.close()
+                self._conn = None
+                conn = self._conn = await psycopg.AsyncConnection.connect(
+                    self.url,
+                    autocommit=True,
+                    application_name=_APPLICATION,
+                    connect_timeout=self._connect_timeout,
+                )
+            return await read_lease(conn)
+        except psycopg.errors.UndefinedTable:
+            return None
+        except psycopg.Error as exc:
+            log.warning("cannot read the store's lease: %s", exc)
+            return None
+
+    async def end_sessions(self, lease: LeaseState) -> int:
+        """End the sessions of the server that held ``lease`` (expired: it is dead, paused
+        or cut off), so that a transaction it left open, holding the lease row's lock,
+        rolls back instead of blocking the takeover until it wakes; returns how many.
+        PostgreSQL lets a role end its own sessions."""
+        if lease.holder is None or self._conn is None:
+            return 0
+        try:
+            row = await (
+                await self._conn.execute(_END_SESSIONS, (session_name(lease.holder),))
+            ).fetchone()
+        except psycopg.Error as exc:
+            log.warning("cannot end the sessions of the expired active: %s", exc)
+            return 0
+        return 0 if row is None else int(row[0])
+
+    async def close(self) -> None:
+        """Close the connection."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()

@@ -60,6 +60,10 @@ HELP = {
     "writer": "Where SQLite writes run: thread (in this process) or process (a child"
     " process, so they do not share the event loop's core).",
     "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
+    "lease_timeout": "PostgreSQL store: seconds the active's lease lasts unrenewed (it renews"
+    " every third of it); a standby takes over once it expired.",
+    "advertise_url": "PostgreSQL store: the URL clients are sent to while this server is"
+    " the active (stored in the lease; default http://HOST:PORT).",
     "default_retention": "Retention of topics without their own: an age (7d), a size"
     " (10GiB) or both (7d,10GiB); acknowledged sealed ledgers beyond it are deleted.",
 }

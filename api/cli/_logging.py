@@ -100,12 +100,14 @@ def startup_banner(engine: Engine, url: str) -> tuple[str, dict[str, Any]]:
     """The line ``serve`` logs once the engine is open, and its fields for JSON logs:
     version, URL, absolute data directory, durability and what recovery did."""
     version = _version()
-    data = str(engine.path.resolve())
+    data = str(engine.store_url) if engine.store_url is not None else str(engine.path.resolve())
     durability = engine.config.durability
     summary = engine.recovery
     recovery = None if summary is None else summary.as_dict()
     text = f"txnstream {version} serving {url} (console {url}/ui, docs {url}/docs)"
     text += f"; data {data}; durability {durability}"
+    if engine.state.value == "standby":
+        text += f"; standby (the active: {engine.active_url or 'not known yet'})"
     if summary is not None:
         text += (
             f"; recovered {summary.topics} topic{'' if summary.topics == 1 else 's'}"

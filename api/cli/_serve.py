@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 import socket
 import ssl
@@ -58,7 +59,7 @@ class _ServedApp:
 
     def __init__(
         self,
-        data: Path,
+        data: Path | str,
         config: EngineConfig,
         access: AccessPolicy | None = None,
         url: str = "",
@@ -71,6 +72,12 @@ class _ServedApp:
         self.kafka_tls = kafka_tls
         self._kafka: KafkaListener | None = None
         self.data = data
+        # what logs and errors name: a store URL without its password
+        self.shown = (
+            str(data)
+            if isinstance(data, Path)
+            else re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", data)
+        )
         self.config = config
         self.access = access
         self.url = url
@@ -97,7 +104,8 @@ class _ServedApp:
         from txnstream.api import Engine
 
         if self._engine is None:
-            self._engine = await Engine.open(self.data, config=self.config)
+            # A PostgreSQL store another server holds: wait as its standby.
+            self._engine = await Engine.open(self.data, config=self.config, standby=True)
         return self._engine
 
     async def close_engine(self) -> None:
@@ -118,7 +126,7 @@ class _ServedApp:
                 try:
                     engine = await self.open_engine()
                 except Exception as exc:
-                    log.exception("cannot open the engine at %s", self.data)
+                    log.exception("cannot open the engine at %s", self.shown)
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 self._app = create_app(
@@ -241,7 +249,7 @@ def access_policy(
 
 
 def make_server(
-    data: Path,
+    data: Path | str,
     host: str,
     port: int,
     *,
@@ -288,6 +296,8 @@ def make_server(
         settings["ledger_max_entries"] = ledger_max_entries
     settings.update(engine_settings or {})
     url = f"{scheme}://{shown_host}:{port}"
+    if settings.get("advertise_url") is None:  # where standbys send clients
+        settings["advertise_url"] = url
     kafka_tls = None
     if kafka is not None and tls_cert is not None and tls_key is not None:
         kafka_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # the same pair
@@ -328,8 +338,20 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 def serve(
     data: Annotated[
-        Path, typer.Option("--data", metavar="DIR", help="Data directory (created if missing).")
-    ] = Path("./data"),
+        Path | None,
+        typer.Option(
+            "--data", metavar="DIR", help="Data directory (created if missing). [default: ./data]"
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="URL",
+            help="A PostgreSQL store (postgresql://user@host:port/db) instead of --data:"
+            " several servers may serve it, one active, the others standbys taking over.",
+        ),
+    ] = None,
     host: Annotated[
         str,
         typer.Option(
@@ -446,8 +468,17 @@ def serve(
     from ._connections import raise_file_limit
     from ._logging import log_config
 
-    if data.exists() and not data.is_dir():
-        fail(f"--data {data}: not a directory")
+    if data is not None and store is not None:
+        fail("--data and --store are exclusive: give a data directory or a store URL", 2)
+    location: Path | str
+    if store is not None:
+        if not store.startswith(("postgresql://", "postgres://")):
+            fail(f"--store {store}: not a postgresql:// URL", 2)
+        location = store
+    else:
+        location = data = data if data is not None else Path("./data")
+        if data.exists() and not data.is_dir():
+            fail(f"--data {data}: not a directory")
     level = log_level.lower()
     refused = check_bind(host, auth=auth is not None, insecure=insecure)
     if refused is not None:
@@ -472,7 +503,7 @@ def serve(
     listener = listen_socket(host, port)
     try:
         server = make_server(
-            data,
+            location,
             host,
             listener.getsockname()[1],
             log_level=level,
@@ -490,7 +521,7 @@ def serve(
     except ValueError as exc:
         listener.close()
         fail(str(exc))
-    if (problem := unwritable(data)) is not None:  # after every setting was checked
+    if data is not None and (problem := unwritable(data)) is not None:  # after every check
         fail(problem)
     if limit_concurrency < asked:
         log.warning(
@@ -546,7 +577,7 @@ async def _run(server: Any, listener: socket.socket) -> None:
         await served.open_engine()
     except EngineError as exc:
         listener.close()
-        fail(f"cannot open {served.data}: {exc}", START_FAILED)
+        fail(f"cannot open {served.shown}: {exc}", START_FAILED)
     try:
         await server.serve(sockets=[listener])
     finally:

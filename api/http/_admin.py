@@ -51,14 +51,17 @@ async def metrics(request: Request) -> Response:
     """Prometheus text: engine counters and histograms, per-topic and per-subscription
     gauges, HTTP request counts and latencies, process and build information."""
     engine = engine_of(request)
-    engine.metrics.observe_health(engine.health())
+    health = engine.health()
+    engine.metrics.observe_health(health)
     topics: list[TopicStats] = []
-    for topic in await engine.list_topics():
-        try:
-            topics.append(await engine.topic_stats(topic))
-        except TopicNotFoundError:
-            continue  # deleted meanwhile
-    open_txns = len(await engine.transactions(state="open"))
+    open_txns = 0
+    if health.status != "standby":  # a standby has no topics: they are the active's
+        for topic in await engine.list_topics():
+            try:
+                topics.append(await engine.topic_stats(topic))
+            except TopicNotFoundError:
+                continue  # deleted meanwhile
+        open_txns = len(await engine.transactions(state="open"))
     storage = engine.storage_metrics()
     http: HttpMetrics = request.app.state.http_metrics
     extra = [http.registry]

@@ -47,6 +47,7 @@ from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._limits import DEFAULT_INFLIGHT_BODY_BYTES
 from ._schemas import BatchRequest, BeginRequest, ProduceRequest
+from ._standby import StandbyMiddleware
 from ._telemetry import HttpMetrics
 
 RAW_BODY_MODELS = (ProduceRequest, BatchRequest, BeginRequest)
@@ -121,6 +122,7 @@ def create_app(
         max_inflight_bytes=max_inflight_body_bytes,
     )
     _install_access(app, access or AccessPolicy())
+    app.add_middleware(StandbyMiddleware, engine=engine)
     # Outermost (added last): ids, counts and logs what the inner middlewares answer too.
     app.state.http_metrics = http_metrics = HttpMetrics()
     app.add_middleware(EdgeMiddleware, metrics=http_metrics, routes=app.routes)
