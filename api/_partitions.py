@@ -138,7 +138,8 @@ class PartitionedConsuming(Consuming):
 
     def partitions_of(self, topic: str) -> list[str] | None:
         """The partition topics of partitioned ``topic``, by index; None for any other."""
-        row = self._partitioned.get(topic)
+        runtime = self._runtime  # (None once closed: a handle may detach after close)
+        row = None if runtime is None else runtime.partitioned.get(topic)
         if row is None:
             return None
         return [partition_name(topic, i) for i in range(row.partitions)]
@@ -147,7 +148,7 @@ class PartitionedConsuming(Consuming):
         self, topic: str, positions: PositionsArg
     ) -> dict[int, list[Position]] | None:
         """``positions`` on parent ``topic`` grouped by partition (None: not a parent)."""
-        row = self._partitioned.get(topic)
+        row = self._rt.partitioned.get(topic)
         if row is None:
             return None
         items: Sequence[Position | str]
@@ -215,10 +216,10 @@ class PartitionedConsuming(Consuming):
             )
         return created
 
-    def detach(self, topic: str, subscription: str, consumer: str) -> None:
+    def _detach(self, topic: str, subscription: str, consumer: str) -> None:
         """Detach ``consumer`` (from every partition of a partitioned topic)."""
         for part in self.partitions_of(topic) or [topic]:
-            super().detach(part, subscription, consumer)
+            super()._detach(part, subscription, consumer)
 
     async def receive(
         self,
@@ -253,7 +254,7 @@ class PartitionedConsuming(Consuming):
             if sub.isolation is not Isolation.READ_COMMITTED:
                 check_uncommitted(principal, topic, subscription)
         deadline = time.monotonic() + timeout
-        first = self._receive_from.get(topic, 0)
+        first = self._rt.receive_from.get(topic, 0)
         while True:
             # Take every partition's change event before looking: a message arriving
             # after a partition was looked at sets its event, so the wait below sees it.
@@ -280,7 +281,7 @@ class PartitionedConsuming(Consuming):
                     budget -= sum(len(encode_value(m.value)) for m in got)
                 if len(out) >= max or (budget is not None and budget <= 0):
                     break
-            self._receive_from[topic] = (first + 1) % len(parts)
+            self._rt.receive_from[topic] = (first + 1) % len(parts)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
@@ -383,7 +384,7 @@ class PartitionedConsuming(Consuming):
             return await super().delete_subscription(topic, subscription)
         self._subscription(parts[0], subscription)  # 404 when there is none
         for part in parts:
-            if self.subscriptions.find(part, subscription) is not None:
+            if self._rt.subscriptions.find(part, subscription) is not None:
                 await super().delete_subscription(part, subscription)
 
     def watch_topic(self, topic: str) -> asyncio.Event:
