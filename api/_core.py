@@ -1,8 +1,11 @@
 """The engine's state and the checks every call starts with (shared by its parts).
 
-:class:`EngineCore` holds what an open engine owns; the :class:`~txnstream.api.Engine` facade is
-assembled from it and its parts (topic administration in :mod:`txnstream.api._admin`, consuming
-in :mod:`txnstream.api._consume`), which call each other only through these attributes.
+:class:`EngineCore` holds what outlives a term of serving (configuration, metrics, the
+offloaded-object reader, locks, tasks) and the term itself, one
+:class:`~txnstream.api._runtime.Runtime` reached through ``_rt``; the
+:class:`~txnstream.api.Engine` facade is assembled from it and its parts (topic
+administration in :mod:`txnstream.api._admin`, consuming in :mod:`txnstream.api._consume`),
+which call each other only through these attributes.
 """
 
 from __future__ import annotations

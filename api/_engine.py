@@ -1,12 +1,16 @@
 """Engine: the embedded facade and composition root.
 
-The engine owns the store, every topic, the coordinator, the subscription registry and
-every background task (started through :meth:`Engine._spawn`, cancelled and awaited by
-:meth:`Engine.close`). Calls check the lifecycle state first: ``UNOPENED -> OPEN ->
-CLOSING -> CLOSED``. When the store or a background task fails, ``OPEN -> RECOVERING ->
-OPEN``: the engine reopens its store and recovers in place, with backoff (or goes
-``FAILED`` with ``auto_recover=False``). New data is refused while the disk is nearly
-full (:class:`InsufficientStorageError`, health ``degraded``); reads go on.
+The engine owns one term of serving at a time, a :class:`~txnstream.api._runtime.Runtime`
+(the store, every topic, the coordinator, the subscription registry and their policies,
+built by recovery and replaced in one assignment), and every background task (started
+through :meth:`Engine._spawn`, cancelled and awaited by :meth:`Engine.close`, and by every
+change of term before it happens). Calls check the lifecycle state first: ``UNOPENED ->
+OPEN -> CLOSING -> CLOSED``. When the store or a background task fails, ``OPEN ->
+RECOVERING -> OPEN``: the engine drops its term, reopens the store and recovers in place
+into a new one, with backoff (or goes ``FAILED`` with ``auto_recover=False``); a
+PostgreSQL store's lost lease drops it the same way (``STANDBY``). New data is refused
+while the disk is nearly full (:class:`InsufficientStorageError`, health ``degraded``);
+reads go on.
 
 Work lives in the layers; this module wires it. The engine's state and call checks are
 :class:`~txnstream.api._core.EngineCore`; producing (:mod:`txnstream.api._produce`), topic

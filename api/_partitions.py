@@ -258,7 +258,7 @@ class PartitionedConsuming(Consuming):
         while True:
             # Take every partition's change event before looking: a message arriving
             # after a partition was looked at sets its event, so the wait below sees it.
-            events = [self.watch_topic(part) for part in parts]
+            events = [self._topic(part).change_event() for part in parts]
             out: list[Message] = []
             budget = max_bytes
             # start at a rotating partition: a busy one cannot starve the others
@@ -386,7 +386,3 @@ class PartitionedConsuming(Consuming):
         for part in parts:
             if self._rt.subscriptions.find(part, subscription) is not None:
                 await super().delete_subscription(part, subscription)
-
-    def watch_topic(self, topic: str) -> asyncio.Event:
-        """An event set at ``topic``'s next change (see ``Offsets.watch``)."""
-        return self._topic(topic).change_event()
