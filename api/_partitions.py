@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Self, cast
 
+import msgspec
 from kafka.partitioner.default import murmur2
 
 from txnstream.dispatcher import Isolation, Message
@@ -100,36 +101,37 @@ class PartitionPosition(Position):
         return cls(int(match.group(1)), int(match.group(2)), int(match.group(3)))
 
 
-class PartitionMessage(Message):
+class PartitionMessage(Message, frozen=True):
     """A message received through a subscription on a partitioned topic: its
     :attr:`position` names its partition (``"L:E:P"``); :attr:`topic` is the partition's
     topic."""
 
-    __slots__ = ()
+    _partition: int
+    _topic: str
 
     @classmethod
     def of(cls, message: Message, partition: int, topic: str) -> PartitionMessage:
         """``message`` (from partition ``partition``, topic ``topic``) with its partition."""
-        made: PartitionMessage = tuple.__new__(cls, (message[0], partition, topic))
+        made: PartitionMessage = cast(Any, cls)(
+            *msgspec.structs.astuple(message), partition, topic
+        )  # (its fields, then these two: mypy cannot count a starred tuple)
         return made
 
     @property
     def position(self) -> PartitionPosition:
         """Where the message lies: ledger, entry and partition index."""
         plain = super().position
-        return PartitionPosition(plain.ledger_id, plain.entry_id, self[1])
+        return PartitionPosition(plain.ledger_id, plain.entry_id, self._partition)
 
     @property
     def partition(self) -> int:
         """The index of the partition it came from."""
-        index: int = self[1]
-        return index
+        return self._partition
 
     @property
     def topic(self) -> str:
         """The partition's topic name, ``{topic}-partition-{i}``."""
-        name: str = self[2]
-        return name
+        return self._topic
 
 
 class PartitionedConsuming(Consuming):
