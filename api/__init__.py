@@ -3,7 +3,8 @@ and the one error tree rooted at :class:`EngineError`.
 
 Never imports FastAPI, typer, httpx, kafka-python or PySpark: the adapters live in the
 subpackages ``txnstream.api.http``, ``.kafka``, ``.client``, ``.cli`` and ``.spark``, and
-use only what this module exports. ``txnstream`` itself re-exports this surface.
+use only what this module exports (plus the few front-door helpers of
+:mod:`txnstream.api.support`). ``txnstream`` itself re-exports this surface.
 """
 
 import typing
@@ -44,8 +45,7 @@ from txnstream.ledger import lazy_attributes as _lazy_attributes
 
 if typing.TYPE_CHECKING:
     from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
-    from txnstream.ledger import DB_FILE, validate_name
-    from txnstream.txn_buffer import CommittedReader, CommittedView, FinishResult, TxnInfo, TxnState
+    from txnstream.txn_buffer import FinishResult, TxnInfo, TxnState
 
     from ._config import EngineConfig, RetentionPolicy
     from ._core import EngineState, Health, Principal, ProduceResult
@@ -54,7 +54,6 @@ if typing.TYPE_CHECKING:
     from ._handles import SubscriptionHandle, Transaction
     from ._offsets import TopicOffsets
     from ._partitions import PartitionMessage, PartitionPosition, partition_for_key
-    from ._replay_check import TopicReplay, replay_check
     from ._stats import RecoverySummary, TopicStats
     from .cli.drills import DrillError
     from .client import TxnStreamHttpError, TxnStreamTransportError
@@ -68,10 +67,6 @@ _LAZY: dict[str, str] = {
     "FetchedEntry": "txnstream.dispatcher",
     "FetchResult": "txnstream.dispatcher",
     "Message": "txnstream.dispatcher",
-    "DB_FILE": "txnstream.ledger",
-    "validate_name": "txnstream.ledger",
-    "CommittedReader": "txnstream.txn_buffer",
-    "CommittedView": "txnstream.txn_buffer",
     "FinishResult": "txnstream.txn_buffer",
     "TxnInfo": "txnstream.txn_buffer",
     "TxnState": "txnstream.txn_buffer",
@@ -91,8 +86,6 @@ _LAZY: dict[str, str] = {
     "partition_for_key": "._partitions",
     "SubscriptionHandle": "._handles",
     "Transaction": "._handles",
-    "TopicReplay": "._replay_check",
-    "replay_check": "._replay_check",
     "RecoverySummary": "._stats",
     "TopicStats": "._stats",
     # the adapters' errors, defined where they are raised (see ``txnstream.ledger._errors``)
@@ -107,13 +100,10 @@ __all__ = [
     "AbortedTxnRange",
     "AckConflictError",
     "ClosedError",
-    "CommittedReader",
-    "CommittedView",
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
     "CorruptObjectError",
-    "DB_FILE",
     "DataDirLockedError",
     "DataDirectoryLostError",
     "DrillError",
@@ -155,7 +145,6 @@ __all__ = [
     "TooLargeError",
     "TopicNotFoundError",
     "TopicOffsets",
-    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -167,8 +156,6 @@ __all__ = [
     "TxnStreamSourceError",
     "TxnStreamTransportError",
     "partition_for_key",
-    "replay_check",
-    "validate_name",
 ]
 
 __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

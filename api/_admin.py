@@ -14,6 +14,7 @@ from txnstream.ledger import (
     ManagedLedger,
     NotFoundError,
     PartitionedRow,
+    Store,
     WriteBatch,
     now_ms,
     partition_name,
@@ -77,19 +78,20 @@ class TopicAdmin(EngineCore):
             validate_name(part)  # (a partition's name is longer than its topic's)
         async with self._admin_lock:
             self._check_open()
-            existing = self._partitioned.get(name)
+            rt = self._rt  # this term's: a recovery meanwhile does not get the topic twice
+            existing = rt.partitioned.get(name)
             if existing is not None:
                 if existing.partitions == partitions:
                     return False
                 raise ConflictError(f"topic {name!r} exists with {existing.partitions} partitions")
-            if name in self._topics:
+            if name in rt.topics:
                 if partitions is None:
                     return False
                 raise ConflictError(f"topic {name!r} exists and is not partitioned")
-            taken = [part for part in names if part in self._topics]
+            taken = [part for part in names if part in rt.topics]
             if taken:
                 raise ConflictError(f"topic {taken[0]!r} exists")
-            store = self.store
+            store = rt.store
             store.check_space()
             first_id = await Catalog(store).next_topic_id()
             created = now_ms()
@@ -97,22 +99,24 @@ class TopicAdmin(EngineCore):
             if partitions is not None:
                 Catalog.prepare_create_partitioned(batch, name, partitions, created)
             made = [
-                self._prepare_topic(batch, first_id + i, part, created)
+                self._prepare_topic(store, batch, first_id + i, part, created)
                 for i, part in enumerate(names)
             ]
             await store.write(batch)
             for topic in made:
-                self._topics[topic.name] = topic
-                self._snapshots[topic.topic_id] = SnapshotState()
+                rt.topics[topic.name] = topic
+                rt.snapshots[topic.topic_id] = SnapshotState()
             if partitions is not None:
-                self._partitioned[name] = PartitionedRow(name, partitions, created)
+                rt.partitioned[name] = PartitionedRow(name, partitions, created)
             return True
 
-    def _prepare_topic(self, batch: WriteBatch, topic_id: int, name: str, created: int) -> Topic:
+    def _prepare_topic(
+        self, store: Store, batch: WriteBatch, topic_id: int, name: str, created: int
+    ) -> Topic:
         """Prepare a topic's row and first ledger; the topic, to register once written."""
         Catalog.prepare_create_topic(batch, topic_id, name, created)
         ledger = ManagedLedger.create(
-            self.store,
+            store,
             batch,
             topic_id,
             max_entries=self.config.ledger_max_entries,
@@ -125,12 +129,12 @@ class TopicAdmin(EngineCore):
         """Names of every topic, sorted (the partitions of partitioned topics included;
         the partitioned topics themselves are :meth:`partitioned_topics`)."""
         self._check_open()
-        return sorted(self._topics)
+        return sorted(self._rt.topics)
 
     async def partitioned_topics(self) -> dict[str, int]:
         """Every partitioned topic with its partition count, by name."""
         self._check_open()
-        return {name: row.partitions for name, row in sorted(self._partitioned.items())}
+        return {name: row.partitions for name, row in sorted(self._rt.partitioned.items())}
 
     def parent_of(self, name: str) -> tuple[str, int] | None:
         """``(partitioned topic, index)`` if topic ``name`` is one of its partitions."""
@@ -138,7 +142,8 @@ class TopicAdmin(EngineCore):
         if match is None:
             return None
         parent, index = match.group(1), int(match.group(2))
-        row = self._partitioned.get(parent)
+        runtime = self._runtime
+        row = None if runtime is None else runtime.partitioned.get(parent)
         if row is None or index >= row.partitions or partition_name(parent, index) != name:
             return None
         return parent, index
@@ -148,7 +153,8 @@ class TopicAdmin(EngineCore):
         (its offloaded objects too); a partitioned topic with all its partitions."""
         async with self._admin_lock, self._tier_lock:
             self._check_open()
-            row = self._partitioned.get(name)
+            rt = self._rt  # this term's, as its store is what the deletion is written to
+            row = rt.partitioned.get(name)
             if row is None:
                 parent = self.parent_of(name)
                 if parent is not None:
@@ -167,18 +173,18 @@ class TopicAdmin(EngineCore):
                 Catalog.prepare_delete_topic(batch, topic.topic_id)
                 prepare_delete_topic(batch, topic.topic_id)
                 SubscriptionRegistry.prepare_delete_topic(batch, topic.topic_id)
-                self.coordinator.forget(batch, topic.name)
-            await self.store.write(batch)
-            self._partitioned.pop(name, None)
-            self._next_partition.pop(name, None)
+                rt.coordinator.forget(batch, topic.name)
+            await rt.store.write(batch)
+            rt.partitioned.pop(name, None)
+            rt.next_partition.pop(name, None)
             for topic in topics:
                 topic.deleted = True
-                del self._topics[topic.name]
-                self._snapshots.pop(topic.topic_id, None)
-                self._retention.pop(topic.name, None)
-                self._offload.pop(topic.name, None)
-                self._ttl.pop(topic.name, None)
-                self.subscriptions.remove_topic(topic.name)
+                del rt.topics[topic.name]
+                rt.snapshots.pop(topic.topic_id, None)
+                rt.retention.pop(topic.name, None)
+                rt.offload.pop(topic.name, None)
+                rt.ttl.pop(topic.name, None)
+                rt.subscriptions.remove_topic(topic.name)
                 topic.notify()
             # after the commit: a failure here only leaves orphans (logged), never data
             # that a ledger row still points to
@@ -188,31 +194,31 @@ class TopicAdmin(EngineCore):
     async def topic_stats(self, name: str) -> TopicStats:
         """``name``'s statistics as a typed value."""
         topic = self._topic(name)
-        started = [r.created_ms for r in self.coordinator.open_records() if name in r.topics]
+        started = [r.created_ms for r in self._rt.coordinator.open_records() if name in r.topics]
         blocking = None
         oldest = topic.buffer.oldest_open()
         if oldest is not None:
             try:
-                record = self.coordinator.get(oldest)
+                record = self._rt.coordinator.get(oldest)
                 blocking = BlockingTxn(str(oldest), record.created_ms, record.deadline_ms)
             except NotFoundError:  # recovered from the log alone: its end is on the way
                 blocking = BlockingTxn(str(oldest), None, None)
         return await topic_stats(
             topic,
-            self.subscriptions.of_topic(name),
-            self._snapshots.get(topic.topic_id),
-            self._retention.get(name, self.config.default_retention),
+            self._rt.subscriptions.of_topic(name),
+            self._rt.snapshots.get(topic.topic_id),
+            self._rt.retention.get(name, self.config.default_retention),
             min(started) if started else None,
             blocking,
-            self._offload.get(name),
+            self._rt.offload.get(name),
             topic_offsets(topic),
-            self._ttl.get(name),
+            self._rt.ttl.get(name),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:
         """The HTTP stats body of a topic, as a dict. A partitioned topic's lists its
         partitions' bodies under ``partitions`` (with the sums of their counts)."""
-        row = self._partitioned.get(name) if self.state is EngineState.OPEN else None
+        row = self._rt.partitioned.get(name) if self.state is EngineState.OPEN else None
         if row is None:
             body = (await self.topic_stats(name)).as_dict()
             parent = self.parent_of(name)
@@ -263,10 +269,11 @@ class TopicAdmin(EngineCore):
             policy = RetentionPolicy(max_age, max_bytes, require_ack)
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from None
+        rt = self._rt
         batch = WriteBatch()
         Catalog.prepare_retention(batch, owner.topic_id, policy.encode())
-        await self.store.write(batch)
-        self._retention[topic] = policy
+        await rt.store.write(batch)
+        rt.retention[topic] = policy
 
     async def apply_retention(self, topic: str) -> int:
         """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
@@ -277,20 +284,21 @@ class TopicAdmin(EngineCore):
             return await self._apply_retention_locked(topic)
 
     async def _apply_retention_locked(self, topic: Topic) -> int:
-        policy = self._retention.get(topic.name, self.config.default_retention)
+        rt = self._rt
+        policy = rt.retention.get(topic.name, self.config.default_retention)
         if policy is None or topic.deleted:
             return 0
-        state = self._snapshots.get(topic.topic_id)
+        state = rt.snapshots.get(topic.topic_id)
         if state is not None and has_unsealed_segments(topic, state):
             # The snapshot that goes with the trim below is prepared in one step: seal
             # whole segments first, in slices (before the first snapshot after a full
             # replay, that is every aborted transaction of the topic).
             sealing = WriteBatch()
             await take_snapshot(sealing, topic, state)
-            await self.store.write(sealing)
+            await rt.store.write(sealing)
             if topic.deleted:
                 return 0
-        upto = retention_cut(topic, policy, self.subscriptions.of_topic(topic.name))
+        upto = retention_cut(topic, policy, rt.subscriptions.of_topic(topic.name))
         if upto is None:
             return 0
         urls = [
@@ -303,7 +311,7 @@ class TopicAdmin(EngineCore):
         topic.buffer.prune_aborted_before(topic.ledger.retained_start())
         if state is not None:
             prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
-        await self.store.write(batch)
+        await rt.store.write(batch)
         log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
         await self._delete_objects(urls)  # remote ledgers go with their objects
         return removed
@@ -311,10 +319,10 @@ class TopicAdmin(EngineCore):
     async def take_snapshot(self, topic: str) -> dict[str, Any]:
         """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
         owner = self._topic(topic)
-        state = self._snapshots[owner.topic_id]
+        state = self._rt.snapshots[owner.topic_id]
         batch = WriteBatch()
         size = await take_snapshot(batch, owner, state)
-        await self.store.write(batch)
+        await self._rt.store.write(batch)
         buffer = owner.buffer
         lac, stable = buffer.last_confirmed, buffer.max_read_position
         return {

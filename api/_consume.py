@@ -43,7 +43,7 @@ class Consuming(EngineCore):
 
     def _subscription(self, topic: str, name: str) -> Subscription:
         self._topic(topic)
-        return self.subscriptions.get(topic, name)
+        return self._rt.subscriptions.get(topic, name)
 
     async def create_subscription(
         self,
@@ -86,7 +86,7 @@ class Consuming(EngineCore):
         elif nack_delay_ms is not None:
             policy = ConsumerPolicy()  # nack_delay_ms=0 given: back to the defaults
         async with self._admin_lock:
-            return await self.subscriptions.create(
+            return await self._rt.subscriptions.create(
                 self._topic(topic),
                 name,
                 type=type,
@@ -104,11 +104,11 @@ class Consuming(EngineCore):
             policy["dead_letter_topic"] = sub.policy.dead_letter_topic_of(topic, subscription)
         return policy
 
-    def detach(self, topic: str, subscription: str, consumer: str) -> None:
-        """Detach ``consumer``; its unacknowledged messages go to others."""
-        if self._subscriptions is not None and (
-            sub := self._subscriptions.find(topic, subscription)
-        ):
+    def _detach(self, topic: str, subscription: str, consumer: str) -> None:
+        """Detach ``consumer``; its unacknowledged messages go to others (nothing to do
+        once the engine is closed)."""
+        runtime = self._runtime
+        if runtime is not None and (sub := runtime.subscriptions.find(topic, subscription)):
             sub.detach(consumer)
 
     async def receive(
@@ -190,14 +190,14 @@ class Consuming(EngineCore):
             record = self._check_txn(txn)
             sub.check_ack(parsed, cumulative, record.txn_id)
             ack = PendingAck(topic, subscription, tuple(str(p) for p in parsed), cumulative)
-            self.coordinator.register_ack(batch, record, ack)
+            self._rt.coordinator.register_ack(batch, record, ack)
             sub.hold_for_txn(parsed, cumulative, record.txn_id)
         else:
             sub.check_ack(parsed, cumulative, None)
             sub.apply_ack(parsed, cumulative)
             sub.prepare_cursor_write(batch)
             sub.prefetch_next()  # while this waits for the fsync, the next range is read
-        await self.store.write(batch)
+        await self._rt.store.write(batch)
         return len(parsed)
 
     async def nack(
@@ -219,7 +219,7 @@ class Consuming(EngineCore):
         batch = WriteBatch()
         sub.prepare_redelivery_write(batch)  # a limit or delay must outlive a restart
         if batch:
-            await self.store.write(batch)
+            await self._rt.store.write(batch)
 
     async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Take back delivered positions their receiver never read (e.g. its connection
@@ -246,18 +246,19 @@ class Consuming(EngineCore):
         sub.seek(target)
         batch = WriteBatch()
         sub.prepare_cursor_write(batch)
-        await self.store.write(batch)
+        await self._rt.store.write(batch)
         return target
 
     async def delete_subscription(self, topic: str, subscription: str) -> None:
         """Delete a subscription and its cursor."""
         async with self._admin_lock:
             sub = self._subscription(topic, subscription)
+            rt = self._rt
             batch = WriteBatch()
-            self.subscriptions.prepare_delete(batch, sub)
-            self.coordinator.forget(batch, topic, subscription)
-            await self.store.write(batch)
-            self.subscriptions.remove(sub)
+            rt.subscriptions.prepare_delete(batch, sub)
+            rt.coordinator.forget(batch, topic, subscription)
+            await rt.store.write(batch)
+            rt.subscriptions.remove(sub)
 
     async def fetch(
         self,

@@ -1,8 +1,11 @@
 """The engine's state and the checks every call starts with (shared by its parts).
 
-:class:`EngineCore` holds what an open engine owns; the :class:`~txnstream.api.Engine` facade is
-assembled from it and its parts (topic administration in :mod:`txnstream.api._admin`, consuming
-in :mod:`txnstream.api._consume`), which call each other only through these attributes.
+:class:`EngineCore` holds what outlives a term of serving (configuration, metrics, the
+offloaded-object reader, locks, tasks) and the term itself, one
+:class:`~txnstream.api._runtime.Runtime` reached through ``_rt``; the
+:class:`~txnstream.api.Engine` facade is assembled from it and its parts (topic
+administration in :mod:`txnstream.api._admin`, consuming in :mod:`txnstream.api._consume`),
+which call each other only through these attributes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from txnstream.dispatcher import SubscriptionRegistry
 from txnstream.ledger import (
     ClosedError,
     CorruptObjectError,
@@ -25,7 +27,6 @@ from txnstream.ledger import (
     ForbiddenError,
     InvalidArgumentError,
     OffloadStore,
-    PartitionedRow,
     Position,
     PostgresUrl,
     StorageMetrics,
@@ -35,12 +36,12 @@ from txnstream.ledger import (
     store_location,
     validate_name,
 )
-from txnstream.snapshots import SnapshotState
-from txnstream.txn_buffer import Coordinator, Topic, TxnRecord
+from txnstream.txn_buffer import Topic, TxnRecord
 
-from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
+from ._config import EngineConfig
 from ._grants import OPERATIONS, Grant
 from ._metrics import EngineMetrics
+from ._runtime import Runtime
 from ._stats import RecoverySummary
 
 PositionsArg = Sequence[Position | str] | Position | str
@@ -180,27 +181,20 @@ class EngineCore:
         """What the last open (or in-place recovery) rebuilt; None before the first open."""
         self.state = EngineState.UNOPENED
         self._failure: BaseException | None = None
-        self.standby_allowed = False
+        self._standby_allowed = False
         """PostgreSQL store: wait as a standby when another server holds the lease (and
         step down to one when it is lost), instead of failing."""
         self.active_url: str | None = None
         """While a standby: the active's advertised URL as the lease row says (None when
         unknown)."""
-        self._store: Store | None = None
+        self._runtime: Runtime | None = None
+        """This term's store and the state rebuilt from it (None while none is open);
+        replaced whole on in-place recovery, failover and step-down (see
+        :mod:`txnstream.api._runtime`)."""
+        self._loading: Store | None = None
+        """The store a recovery is rebuilding a term from (health reports a full disk
+        while the recovery waits for space)."""
         self._storage_metrics = StorageMetrics(database_bytes=0, wal_bytes=0)
-        self._coordinator: Coordinator | None = None
-        self._subscriptions: SubscriptionRegistry | None = None
-        self._topics: dict[str, Topic] = {}
-        self._partitioned: dict[str, PartitionedRow] = {}
-        """Partitioned topics by name (their partitions are in ``_topics``)."""
-        self._next_partition: dict[str, int] = {}
-        """Per partitioned topic: the round-robin partition of the next keyless message."""
-        self._receive_from: dict[str, int] = {}
-        """Per partitioned topic: the partition the next merged receive starts at."""
-        self._snapshots: dict[int, SnapshotState] = {}
-        self._retention: dict[str, RetentionPolicy] = {}
-        self._offload: dict[str, OffloadPolicy] = {}
-        self._ttl: dict[str, int] = {}  # topic -> message TTL (ms)
         # set when a subscription has messages to move to its dead-letter topic
         self._dead_letter_event = asyncio.Event()
         # one reader/writer of offloaded objects for the engine's life (its caches and
@@ -213,8 +207,6 @@ class EngineCore:
         """Why offloading is refused (the prefix belongs to another store), if it is."""
         # serializes what changes a topic's tiers: offload steps, retention, deletion
         self._tier_lock = asyncio.Lock()
-        self._swept: set[int] = set()
-        """Topics whose orphan objects were looked for since the store was (re)opened."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._gc_frozen = False
         self._admin_lock = asyncio.Lock()
@@ -250,39 +242,29 @@ class EngineCore:
         raise ClosedError(f"the engine is {self.state.value}")
 
     @property
-    def store(self) -> Store:
-        """The engine's store (for tools and tests)."""
-        if self._store is None:
+    def _rt(self) -> Runtime:
+        """This term's :class:`Runtime`; while there is none, the error a call gets in
+        the engine's state (closed, recovering, standby, failed)."""
+        runtime = self._runtime
+        if runtime is None:
+            self._check_open()
             raise ClosedError("the engine is not open")
-        return self._store
+        return runtime
 
     def storage_metrics(self) -> StorageMetrics:
         """What the store reports about its storage (database and write-ahead log
         sizes); while none is open (recovering, closed), what it reported last."""
-        if self._store is not None:
-            self._storage_metrics = self._store.storage_metrics()
+        if self._runtime is not None:
+            self._storage_metrics = self._runtime.store.storage_metrics()
         return self._storage_metrics
-
-    @property
-    def coordinator(self) -> Coordinator:
-        """The transaction coordinator."""
-        if self._coordinator is None:
-            raise ClosedError("the engine is not open")
-        return self._coordinator
-
-    @property
-    def subscriptions(self) -> SubscriptionRegistry:
-        """Every subscription of every topic."""
-        if self._subscriptions is None:
-            raise ClosedError("the engine is not open")
-        return self._subscriptions
 
     def _topic(self, name: str) -> Topic:
         self._check_open()
-        topic = self._topics.get(name)
+        runtime = self._rt
+        topic = runtime.topics.get(name)
         if topic is None:
             validate_name(name)
-            if name in self._partitioned:
+            if name in runtime.partitioned:
                 raise InvalidArgumentError(
                     f"topic {name!r} is partitioned: this call takes one of its partitions"
                     f" ({name}-partition-0 ...)"
@@ -297,13 +279,14 @@ class EngineCore:
         if not is_restricted(p):
             return
         assert p is not None
-        record = self.coordinator.get(txn)
-        if await self.coordinator.owner_of(record) != p.name:
+        coordinator = self._rt.coordinator
+        record = coordinator.get(txn)
+        if await coordinator.owner_of(record) != p.name:
             raise ForbiddenError(f"transaction {record.txn_id} belongs to another principal")
 
     def _check_txn(self, txn: TxnId | str) -> TxnRecord:
         try:
-            return self.coordinator.check_open(txn)
+            return self._rt.coordinator.check_open(txn)
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise

@@ -1,12 +1,16 @@
 """Engine: the embedded facade and composition root.
 
-The engine owns the store, every topic, the coordinator, the subscription registry and
-every background task (started through :meth:`Engine._spawn`, cancelled and awaited by
-:meth:`Engine.close`). Calls check the lifecycle state first: ``UNOPENED -> OPEN ->
-CLOSING -> CLOSED``. When the store or a background task fails, ``OPEN -> RECOVERING ->
-OPEN``: the engine reopens its store and recovers in place, with backoff (or goes
-``FAILED`` with ``auto_recover=False``). New data is refused while the disk is nearly
-full (:class:`InsufficientStorageError`, health ``degraded``); reads go on.
+The engine owns one term of serving at a time, a :class:`~txnstream.api._runtime.Runtime`
+(the store, every topic, the coordinator, the subscription registry and their policies,
+built by recovery and replaced in one assignment), and every background task (started
+through :meth:`Engine._spawn`, cancelled and awaited by :meth:`Engine.close`, and by every
+change of term before it happens). Calls check the lifecycle state first: ``UNOPENED ->
+OPEN -> CLOSING -> CLOSED``. When the store or a background task fails, ``OPEN ->
+RECOVERING -> OPEN``: the engine drops its term, reopens the store and recovers in place
+into a new one, with backoff (or goes ``FAILED`` with ``auto_recover=False``); a
+PostgreSQL store's lost lease drops it the same way (``STANDBY``). New data is refused
+while the disk is nearly full (:class:`InsufficientStorageError`, health ``degraded``);
+reads go on.
 
 Work lives in the layers; this module wires it. The engine's state and call checks are
 :class:`~txnstream.api._core.EngineCore`; producing (:mod:`txnstream.api._produce`), topic
@@ -27,7 +31,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from txnstream.dispatcher import SubscriptionRegistry
 from txnstream.ledger import (
     DB_FILE,
     Catalog,
@@ -42,7 +45,7 @@ from txnstream.ledger import (
     WriteBatch,
 )
 from txnstream.snapshots import is_due, take_snapshot
-from txnstream.txn_buffer import Coordinator, FinishResult, TxnInfo, TxnRecord
+from txnstream.txn_buffer import FinishResult, TxnInfo, TxnRecord, TxnState
 
 from . import _gc as gc_policy
 from ._admin import TopicAdmin
@@ -62,7 +65,7 @@ from ._offsets import Offsets
 from ._partitions import PartitionedConsuming
 from ._policies import ConsumerPolicies
 from ._produce import Producing
-from ._recovery import load_topics, reconcile
+from ._recovery import load_runtime
 from ._stats import summarize_recovery
 
 log = logging.getLogger("txnstream.engine")
@@ -93,7 +96,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         lease expires, and steps down to a standby again when it loses the lease.
         """
         engine = cls(path, config)
-        engine.standby_allowed = standby and engine.store_url is not None
+        engine._standby_allowed = standby and engine.store_url is not None
         return _EngineOpener(engine)
 
     async def _open(self) -> None:
@@ -105,7 +108,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             try:
                 await self._load()
             except DataDirLockedError:
-                if not self.standby_allowed:
+                if not self._standby_allowed:
                     raise
                 log.info("another server is the active: standing by")
                 self._enter_standby()
@@ -117,70 +120,52 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         self._start_background()
 
     async def _load(self) -> None:
-        """Open the store and rebuild every component from it (recovery)."""
+        """Open the store, rebuild this term's state from it (recovery) and swap it in."""
         started = time.perf_counter()
-        store: Store
-        if self.store_url is not None:
-            from txnstream.ledger import PgStore  # (imports psycopg: only when used)
-
-            store = await PgStore.open(
-                self.store_url.url,
-                max_pending_entries=self.config.max_pending_entries,
-                lease_timeout=self.config.lease_timeout,
-                advertise_url=self.config.advertise_url,
-            )
-        else:
-            store = await Store.open(
-                self.path / DB_FILE,
-                synchronous="FULL" if self.config.durability == "full" else "NORMAL",
-                max_pending_entries=self.config.max_pending_entries,
-                min_free_bytes=self.config.min_free_bytes,
-                writer_process=self.config.writer == "process",
-            )
-        self._store = store
+        store = await self._open_store()
         if store.reserve_unreachable:
             log.warning("%s", _unreachable(store, self.path))
-        self._swept.clear()  # a failed flush may have left orphan objects: look again
+        self._loading = store
         try:
             await self._load_identity(store)
             store.on_failure = self._fail
             store.on_flush = self.metrics.observe_flush
-            subscriptions = self._subscriptions = SubscriptionRegistry(store)
-            subscriptions.on_dead_letter = self._dead_letter_ready
-            coordinator = self._coordinator = Coordinator(
+            runtime = await load_runtime(
                 store,
-                lambda name: self._topics.get(name),  # the topics being loaded beside it
-                default_timeout=self.config.default_txn_timeout,
-                max_timeout=self.config.max_txn_timeout,
-                ended_retention=self.config.ended_txn_retention,
+                self.config,
+                self._remote,
+                on_txn_ended=self._on_txn_ended,
+                on_dead_letter=self._dead_letter_ready,
             )
-            coordinator.ack_participant = subscriptions
-            coordinator.on_ended = self._on_txn_ended
-            # Topics and transactions load side by side: each is reads on its own reader
-            # connection (SQLite works with the GIL released) plus decoding on the loop.
-            async with asyncio.TaskGroup() as group:
-                topics = group.create_task(load_topics(store, self.config, self._remote))
-                group.create_task(coordinator.load())
-            loaded = topics.result()
-            self._topics, self._snapshots = loaded.topics, loaded.snapshots
-            self._retention, self._offload = loaded.retention, loaded.offload
-            self._partitioned = {row.name: row for row in await Catalog(store).partitioned()}
-            by_id = {t.topic_id: t for t in self._topics.values()}
-            await subscriptions.load(by_id)
-            self._ttl = {
-                by_id[topic_id].name: ttl_ms
-                for topic_id, ttl_ms in await store.topic_ttl_rows()
-                if topic_id in by_id
-            }
-            await store.write(reconcile(self._topics, coordinator, subscriptions))
-            self.recovery = summarize_recovery(
-                self._snapshots.values(),
-                len(coordinator.open_records()),
+            recovery = summarize_recovery(
+                runtime.snapshots.values(),
+                len(runtime.coordinator.open_records()),
                 time.perf_counter() - started,
             )
         except BaseException:
             await store.close()
             raise
+        finally:
+            self._loading = None
+        self._runtime, self.recovery = runtime, recovery
+
+    async def _open_store(self) -> Store:
+        if self.store_url is not None:
+            from txnstream.ledger import PgStore  # (imports psycopg: only when used)
+
+            return await PgStore.open(
+                self.store_url.url,
+                max_pending_entries=self.config.max_pending_entries,
+                lease_timeout=self.config.lease_timeout,
+                advertise_url=self.config.advertise_url,
+            )
+        return await Store.open(
+            self.path / DB_FILE,
+            synchronous="FULL" if self.config.durability == "full" else "NORMAL",
+            max_pending_entries=self.config.max_pending_entries,
+            min_free_bytes=self.config.min_free_bytes,
+            writer_process=self.config.writer == "process",
+        )
 
     async def _load_identity(self, store: Store) -> None:
         """This data directory's store identity (made once; see ``Catalog.store_identity``),
@@ -206,12 +191,13 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             log.info("data directory %s: store identity %s", self.path, identity.store_id)
 
     def _start_background(self) -> None:
-        self._spawn(self.coordinator.run_timeouts(), name="txnstream-timeouts")
+        runtime = self._rt
+        self._spawn(runtime.coordinator.run_timeouts(), name="txnstream-timeouts")
         self._spawn(self._maintain(), name="txnstream-maintenance")
         self._spawn(self._snapshot_loop(), name="txnstream-snapshots")
         self._spawn(self._ttl_loop(), name="txnstream-ttl")
         self._spawn(self._dead_letter_loop(), name="txnstream-dead-letters")
-        if self.subscriptions.dead_lettering():  # recovered past their limit
+        if runtime.subscriptions.dead_lettering():  # recovered past their limit
             self._dead_letter_event.set()
         if self.config.offload_url is not None:
             self._spawn(self._offload_loop(), name="txnstream-offload")
@@ -229,17 +215,18 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         recovering = self.state is EngineState.RECOVERING
         self.state = EngineState.CLOSING
         await self._stop_background()
-        if self._store is not None and self._store.failure is None and not recovering:
+        runtime = self._runtime
+        if runtime is not None and runtime.store.failure is None and not recovering:
             batch = WriteBatch()
-            self.coordinator.persist_open(batch)  # open transactions survive a clean close
-            for topic in self._topics.values():
+            runtime.coordinator.persist_open(batch)  # open transactions survive a clean close
+            for topic in runtime.topics.values():
                 topic.ledger.prepare_close(batch)  # the next open need not count them
             if batch:
-                self._store.submit(batch, wait=False)
+                runtime.store.submit(batch, wait=False)
         self._wake_all()  # waiting receivers leave with ClosedError
         try:
-            if self._store is not None:
-                await self._store.close()
+            if runtime is not None:
+                await runtime.store.close()
         finally:
             if self._gc_frozen:
                 self._gc_frozen = False
@@ -280,7 +267,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             return
         self._failure = exc
         self._wake_all()
-        if self.standby_allowed and isinstance(exc, LeaseLostError):
+        if self._standby_allowed and isinstance(exc, LeaseLostError):
             log.error("this server lost the store's lease (%s): stepping down to standby", exc)
             self.state = EngineState.STANDBY
             self.active_url = None
@@ -305,13 +292,13 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         await self._stop_background()
         delay = 0.05
         while True:
-            if self._store is not None:
-                await self._store.close()
-                self._store = None
+            runtime, self._runtime = self._runtime, None  # the whole term goes at once
+            if runtime is not None:
+                await runtime.store.close()
             try:
                 await self._load()
             except Exception as exc:  # noqa: BLE001 - any failure: report it, try again
-                if self.standby_allowed and isinstance(exc, DataDirLockedError):
+                if self._standby_allowed and isinstance(exc, DataDirLockedError):
                     await self._step_down()  # another server took over meanwhile
                     return
                 self._failure = exc
@@ -331,8 +318,9 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
     def health(self) -> Health:
         """Whether writes are accepted now (``ok``), only reads (``degraded``), or
         neither (``recovering``, ``failed``), with the reason."""
-        if self.state is EngineState.OPEN:
-            store = self.store
+        runtime = self._runtime
+        if self.state is EngineState.OPEN and runtime is not None:
+            store = runtime.store
             if store.disk_full is not None:
                 return Health(
                     "degraded",
@@ -353,7 +341,8 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             return Health("ok", None)
         if self.state is EngineState.RECOVERING:
             reason = f"reopening after a storage failure: {self._failure}"
-            if self._store is not None and self._store.disk_full is not None:
+            loading = runtime.store if runtime is not None else self._loading
+            if loading is not None and loading.disk_full is not None:
                 reason += f"; the disk of {self.path} is full: waiting for space"
             return Health("recovering", reason)
         if self.state is EngineState.FAILED:
@@ -374,11 +363,9 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         self.state = EngineState.STANDBY
         self.active_url = None
         await self._stop_background()
-        store, self._store = self._store, None
-        if store is not None:
-            await store.close()
-        self._coordinator = self._subscriptions = None
-        self._topics, self._snapshots, self._retention, self._offload = {}, {}, {}, {}
+        runtime, self._runtime = self._runtime, None  # the whole term goes at once
+        if runtime is not None:
+            await runtime.store.close()
         if self._gc_frozen:  # the old state is garbage now
             self._gc_frozen = False
             gc_policy.release()
@@ -421,45 +408,48 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         self._start_background()
 
     def _wake_all(self) -> None:
-        if self._subscriptions is not None:
-            self._subscriptions.close()
-        for topic in self._topics.values():
-            topic.notify()
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.subscriptions.close()
+            for topic in runtime.topics.values():
+                topic.notify()
 
     # -- background ----------------------------------------------------------------
 
     async def _maintain(self) -> None:
         """Detach silent HTTP consumers; abort buffers' transactions below the watermark."""
+        rt = self._rt  # a background task serves one term (they stop before it ends)
         while True:
             await asyncio.sleep(_MAINTENANCE_INTERVAL)
             batch = WriteBatch()
             # expired deliveries count toward redelivery limits, which outlive restarts
-            self.subscriptions.expire(time.monotonic(), self.config.consumer_expiry, batch)
-            low_watermark = self.coordinator.low_watermark()
-            prepare_low_watermark_aborts(batch, list(self._topics.values()), low_watermark)
+            rt.subscriptions.expire(time.monotonic(), self.config.consumer_expiry, batch)
+            low_watermark = rt.coordinator.low_watermark()
+            prepare_low_watermark_aborts(batch, list(rt.topics.values()), low_watermark)
             if batch:
-                await self.store.write(batch)
+                await rt.store.write(batch)
 
     async def _snapshot_loop(self) -> None:
         """Take snapshots as the policy asks; apply retention."""
+        rt = self._rt
         every, interval = self.config.snapshot_every, self.config.snapshot_interval
         tick = min(0.5, interval / 2)
         next_retention = 0.0
         while True:
             await asyncio.sleep(tick)
             batch = WriteBatch()
-            for topic in list(self._topics.values()):
-                state = self._snapshots.get(topic.topic_id)
+            for topic in list(rt.topics.values()):
+                state = rt.snapshots.get(topic.topic_id)
                 if state is not None and is_due(state, topic, every=every, interval=interval):
                     await take_snapshot(batch, topic, state)  # seals in slices
             if batch:
-                await self.store.write(batch)
+                await rt.store.write(batch)
             if time.monotonic() >= next_retention:
                 next_retention = time.monotonic() + self.config.retention_check_interval
                 every_topic = self.config.default_retention is not None
-                for name in list(self._topics if every_topic else self._retention):
-                    if name in self._topics:
-                        await self._apply_retention(self._topics[name])
+                for name in list(rt.topics if every_topic else rt.retention):
+                    if name in rt.topics:
+                        await self._apply_retention(rt.topics[name])
 
     def _on_txn_ended(self, record: TxnRecord, committed: bool) -> None:
         if committed:
@@ -487,17 +477,18 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         """
         self._check_open()
         owner = owner_name(principal)
-        store = self.store
+        store = self._rt.store
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
             self._check_open()
-        record = self.coordinator.begin(
+        rt = self._rt
+        record = rt.coordinator.begin(
             timeout=timeout, transactional_id=transactional_id, label=label, owner=owner
         )
-        if transactional_id is not None or not self.coordinator.id_is_durable(record.txn_id):
+        if transactional_id is not None or not rt.coordinator.id_is_durable(record.txn_id):
             # the fenced predecessor's abort, or the id block's reservation, is durable on
             # return: a crash can then neither revive the old holder nor reuse the id
-            await self.store.flush()
+            await rt.store.flush()
         return Transaction(self, record.txn_id)
 
     def transaction(
@@ -515,18 +506,18 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
 
         ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
         """
-        record = await self.decide(txn, commit=True, principal=principal)
-        return await self.coordinator.read_info(record)
+        record = await self._decide(txn, commit=True, principal=principal)
+        return await self._rt.coordinator.read_info(record)
 
     async def abort(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
         """Abort; returns once the decision and every topic's marker are durable.
 
         ``principal``: who asks (:class:`ForbiddenError` for another's transaction).
         """
-        record = await self.decide(txn, commit=False, principal=principal)
-        return await self.coordinator.read_info(record)
+        record = await self._decide(txn, commit=False, principal=principal)
+        return await self._rt.coordinator.read_info(record)
 
-    async def decide(
+    async def _decide(
         self, txn: TxnId | str, *, commit: bool, principal: PrincipalArg = None
     ) -> TxnRecord:
         """Commit or abort, durable on return, without building the :class:`TxnInfo`
@@ -535,7 +526,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         if principal is not None:
             await self._check_owner(txn, principal)
         started = time.perf_counter()
-        coordinator = self.coordinator
+        coordinator = self._rt.coordinator
         try:
             if commit:
                 record = await coordinator.commit(txn)
@@ -548,6 +539,12 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             self.metrics.commit_latency.observe(time.perf_counter() - started)
         return record
 
+    def _is_open(self, txn: TxnId) -> bool:
+        """Whether ``txn`` is open and not fenced (a scope that ends with an exception
+        aborts it then)."""
+        record = self._rt.coordinator.get(txn)
+        return record.state is TxnState.OPEN and not record.fenced
+
     async def get_transaction(self, txn: TxnId | str, *, principal: PrincipalArg = None) -> TxnInfo:
         """The transaction's current state, label and topics.
 
@@ -555,7 +552,8 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         """
         self._check_open()
         await self._check_owner(txn, principal)
-        return await self.coordinator.read_info(self.coordinator.get(txn))
+        coordinator = self._rt.coordinator
+        return await coordinator.read_info(coordinator.get(txn))
 
     async def transactions(
         self,
@@ -583,7 +581,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         self._check_open()
         p = as_principal(principal)
         only = p.name if p is not None and is_restricted(p) else None  # a non-admin's own
-        async for page in self.coordinator.iter_txns(state, label_prefix, older_than_ms):
+        async for page in self._rt.coordinator.iter_txns(state, label_prefix, older_than_ms):
             if only is not None:
                 page = [info for info in page if info.owner == only]
             if page:
@@ -611,7 +609,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             for txn in [*commit, *abort]:
                 await self._check_owner(txn, principal)
         try:
-            return await self.coordinator.finish(
+            return await self._rt.coordinator.finish(
                 commit, abort, idempotence_key, owner=owner_name(principal)
             )
         except FencedError:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from txnstream.dispatcher import Message
 from txnstream.ledger import ClosedError, InvalidArgumentError, OutgoingMessage, Position, TxnId
-from txnstream.txn_buffer import TxnInfo, TxnState
+from txnstream.txn_buffer import TxnInfo
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -48,13 +48,13 @@ class Transaction:
             if position is not None:
                 return position
         engine = self._engine
-        position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+        position = engine._send_one_in_txn(topic, value, key, properties, self.txn_id)
         while position is None:  # held back: the only await of a send
-            await engine.store.wait_writable()
-            position = engine.send_one_in_txn(topic, value, key, properties, self.txn_id)
+            await engine._wait_writable()
+            position = engine._send_one_in_txn(topic, value, key, properties, self.txn_id)
         if key is None and properties is None:
             # the next value-only sends to this topic take the fast path while it holds
-            self._fast_send = engine.fast_txn_send(topic, self.txn_id)
+            self._fast_send = engine._fast_txn_send(topic, self.txn_id)
         return position
 
     async def send_many(
@@ -69,7 +69,7 @@ class Transaction:
         self, topic: str, messages: Sequence[OutgoingMessage]
     ) -> list[Position]:
         """Append prepared messages (with keys and properties) in this transaction."""
-        return await self._engine.send_in_txn(topic, messages, self.txn_id)
+        return await self._engine._send_in_txn(topic, messages, self.txn_id)
 
     async def ack(
         self,
@@ -87,12 +87,12 @@ class Transaction:
     async def commit(self) -> None:
         """Commit: every send and ack of this transaction takes effect atomically."""
         self._fast_send = None
-        await self._engine.decide(self.txn_id, commit=True)
+        await self._engine._decide(self.txn_id, commit=True)
 
     async def abort(self) -> None:
         """Abort: nothing of this transaction is ever delivered."""
         self._fast_send = None
-        await self._engine.decide(self.txn_id, commit=False)
+        await self._engine._decide(self.txn_id, commit=False)
 
     async def info(self) -> TxnInfo:
         """The transaction's current state."""
@@ -131,8 +131,7 @@ class TransactionScope:
         if exc_type is None:
             await self._txn.commit()
             return
-        record = self._engine.coordinator.get(self._txn.txn_id)
-        if record.state is TxnState.OPEN and not record.fenced:
+        if self._engine._is_open(self._txn.txn_id):
             await self._txn.abort()
 
 
@@ -181,7 +180,7 @@ class SubscriptionHandle:
         if self._closed:
             return
         self._closed = True
-        self._engine.detach(self.topic, self.name, self.consumer)
+        self._engine._detach(self.topic, self.name, self.consumer)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self

@@ -76,11 +76,12 @@ class Offloading(EngineCore):
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from None
         self._check_offload_configured()
+        rt = self._rt
         batch = WriteBatch()
         Catalog.prepare_offload_policy(batch, owner.topic_id, policy.encode())
-        await self.store.write(batch)
+        await rt.store.write(batch)
         if not owner.deleted:
-            self._offload[topic] = policy
+            rt.offload[topic] = policy
 
     async def offload(self, topic: str) -> list[int]:
         """Offload every eligible ledger of ``topic`` now (sealed, entirely at or below
@@ -107,8 +108,8 @@ class Offloading(EngineCore):
         """The background pass: topics whose policy has ``after`` set."""
         while True:
             await asyncio.sleep(self.config.offload_check_interval)
-            for name, policy in list(self._offload.items()):
-                topic = self._topics.get(name)
+            for name, policy in list(self._rt.offload.items()):
+                topic = self._rt.topics.get(name)
                 if topic is None or policy.after is None:
                     continue
                 try:
@@ -137,7 +138,7 @@ class Offloading(EngineCore):
                 try:
                     offloaded = await self._offload_ledger(topic, info)
                 except (RemoteStorageError, OSError) as exc:
-                    self._swept.discard(topic.topic_id)  # look for orphans again
+                    self._rt.swept.discard(topic.topic_id)  # look for orphans again
                     if isinstance(exc, RemoteStorageError):
                         raise
                     raise RemoteStorageError(
@@ -151,7 +152,7 @@ class Offloading(EngineCore):
     def _candidates(self, topic: Topic, *, manual: bool) -> list[LedgerInfo]:
         """The ledgers the policy lets go now, oldest first (a manual run ignores the
         age rule)."""
-        policy = self._offload.get(topic.name) or OffloadPolicy()
+        policy = self._rt.offload.get(topic.name) or OffloadPolicy()
         candidates = topic.ledger.offload_candidates(
             topic.buffer.max_read_position, policy.min_local_ledgers
         )
@@ -194,7 +195,7 @@ class Offloading(EngineCore):
             return False
         batch = WriteBatch()
         ledger.prepare_offload(batch, ledger_id, obj)
-        await self.store.write(batch)
+        await self._rt.store.write(batch)
         log.info(
             "topic %s: ledger %d offloaded to %s (%d bytes)",
             topic.name,
@@ -237,7 +238,7 @@ class Offloading(EngineCore):
         topic's prefix that carry this store's identity and that no remote ledger points
         to (left by an interrupted offload). Objects of other stores, or named before
         identities existed, are never touched."""
-        swept = self._swept
+        swept = self._rt.swept
         if topic.topic_id in swept:
             return
         remote = self._remote

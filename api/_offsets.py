@@ -50,7 +50,7 @@ class Offsets(Consuming):
         """The subscription's committed offset: the offset after its mark-delete position
         (everything before it acknowledged). None if there is no such subscription."""
         topic_ = self._topic(topic)
-        sub = self.subscriptions.find(topic, subscription)
+        sub = self._rt.subscriptions.find(topic, subscription)
         if sub is None:
             return None
         ledger = topic_.ledger
@@ -71,7 +71,7 @@ class Offsets(Consuming):
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidArgumentError("an offset must be a non-negative integer")
         ledger = self._topic(topic).ledger
-        if self.subscriptions.find(topic, subscription) is None:
+        if self._rt.subscriptions.find(topic, subscription) is None:
             await self.create_subscription(topic, subscription)
         if txn is not None:
             last = ledger.position_at(offset - 1) if offset > ledger.start_offset() else None

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Self, cast
 
+import msgspec
 from kafka.partitioner.default import murmur2
 
 from txnstream.dispatcher import Isolation, Message
@@ -100,36 +101,37 @@ class PartitionPosition(Position):
         return cls(int(match.group(1)), int(match.group(2)), int(match.group(3)))
 
 
-class PartitionMessage(Message):
+class PartitionMessage(Message, frozen=True):
     """A message received through a subscription on a partitioned topic: its
     :attr:`position` names its partition (``"L:E:P"``); :attr:`topic` is the partition's
     topic."""
 
-    __slots__ = ()
+    _partition: int
+    _topic: str
 
     @classmethod
     def of(cls, message: Message, partition: int, topic: str) -> PartitionMessage:
         """``message`` (from partition ``partition``, topic ``topic``) with its partition."""
-        made: PartitionMessage = tuple.__new__(cls, (message[0], partition, topic))
+        made: PartitionMessage = cast(Any, cls)(
+            *msgspec.structs.astuple(message), partition, topic
+        )  # (its fields, then these two: mypy cannot count a starred tuple)
         return made
 
     @property
     def position(self) -> PartitionPosition:
         """Where the message lies: ledger, entry and partition index."""
         plain = super().position
-        return PartitionPosition(plain.ledger_id, plain.entry_id, self[1])
+        return PartitionPosition(plain.ledger_id, plain.entry_id, self._partition)
 
     @property
     def partition(self) -> int:
         """The index of the partition it came from."""
-        index: int = self[1]
-        return index
+        return self._partition
 
     @property
     def topic(self) -> str:
         """The partition's topic name, ``{topic}-partition-{i}``."""
-        name: str = self[2]
-        return name
+        return self._topic
 
 
 class PartitionedConsuming(Consuming):
@@ -138,7 +140,8 @@ class PartitionedConsuming(Consuming):
 
     def partitions_of(self, topic: str) -> list[str] | None:
         """The partition topics of partitioned ``topic``, by index; None for any other."""
-        row = self._partitioned.get(topic)
+        runtime = self._runtime  # (None once closed: a handle may detach after close)
+        row = None if runtime is None else runtime.partitioned.get(topic)
         if row is None:
             return None
         return [partition_name(topic, i) for i in range(row.partitions)]
@@ -147,7 +150,7 @@ class PartitionedConsuming(Consuming):
         self, topic: str, positions: PositionsArg
     ) -> dict[int, list[Position]] | None:
         """``positions`` on parent ``topic`` grouped by partition (None: not a parent)."""
-        row = self._partitioned.get(topic)
+        row = self._rt.partitioned.get(topic)
         if row is None:
             return None
         items: Sequence[Position | str]
@@ -215,10 +218,10 @@ class PartitionedConsuming(Consuming):
             )
         return created
 
-    def detach(self, topic: str, subscription: str, consumer: str) -> None:
+    def _detach(self, topic: str, subscription: str, consumer: str) -> None:
         """Detach ``consumer`` (from every partition of a partitioned topic)."""
         for part in self.partitions_of(topic) or [topic]:
-            super().detach(part, subscription, consumer)
+            super()._detach(part, subscription, consumer)
 
     async def receive(
         self,
@@ -253,11 +256,11 @@ class PartitionedConsuming(Consuming):
             if sub.isolation is not Isolation.READ_COMMITTED:
                 check_uncommitted(principal, topic, subscription)
         deadline = time.monotonic() + timeout
-        first = self._receive_from.get(topic, 0)
+        first = self._rt.receive_from.get(topic, 0)
         while True:
             # Take every partition's change event before looking: a message arriving
             # after a partition was looked at sets its event, so the wait below sees it.
-            events = [self.watch_topic(part) for part in parts]
+            events = [self._topic(part).change_event() for part in parts]
             out: list[Message] = []
             budget = max_bytes
             # start at a rotating partition: a busy one cannot starve the others
@@ -280,7 +283,7 @@ class PartitionedConsuming(Consuming):
                     budget -= sum(len(encode_value(m.value)) for m in got)
                 if len(out) >= max or (budget is not None and budget <= 0):
                     break
-            self._receive_from[topic] = (first + 1) % len(parts)
+            self._rt.receive_from[topic] = (first + 1) % len(parts)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
@@ -383,9 +386,5 @@ class PartitionedConsuming(Consuming):
             return await super().delete_subscription(topic, subscription)
         self._subscription(parts[0], subscription)  # 404 when there is none
         for part in parts:
-            if self.subscriptions.find(part, subscription) is not None:
+            if self._rt.subscriptions.find(part, subscription) is not None:
                 await super().delete_subscription(part, subscription)
-
-    def watch_topic(self, topic: str) -> asyncio.Event:
-        """An event set at ``topic``'s next change (see ``Offsets.watch``)."""
-        return self._topic(topic).change_event()

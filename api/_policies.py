@@ -51,25 +51,26 @@ class ConsumerPolicies(TopicAdmin):
         ):
             raise InvalidArgumentError(f"ttl_ms must be an integer in 1..{MAX_TTL_MS} or null")
         owner = self._topic(topic)
+        rt = self._rt
         batch = WriteBatch()
         batch.put_ttl(owner.topic_id, ttl_ms)
-        await self.store.write(batch)
+        await rt.store.write(batch)
         if ttl_ms is None:
-            self._ttl.pop(topic, None)
+            rt.ttl.pop(topic, None)
         else:
-            self._ttl[topic] = ttl_ms
+            rt.ttl[topic] = ttl_ms
 
     def ttl(self, topic: str) -> int | None:
         """``topic``'s message TTL in milliseconds, or None."""
         self._topic(topic)
-        return self._ttl.get(topic)
+        return self._rt.ttl.get(topic)
 
     async def apply_ttl(self, topic: str) -> int:
         """Acknowledge ``topic``'s messages older than its TTL for every subscription
         now; returns how many subscriptions moved. A subscription with a transactional
         ack pending below the cut is left for a later pass."""
         owner = self._topic(topic)
-        ttl = self._ttl.get(topic)
+        ttl = self._rt.ttl.get(topic)
         if ttl is None:
             return 0
         cutoff = datetime.fromtimestamp((now_ms() - ttl) / 1000, UTC)
@@ -81,7 +82,7 @@ class ConsumerPolicies(TopicAdmin):
             return 0
         batch = WriteBatch()
         moved = 0
-        for sub in self.subscriptions.of_topic(topic):
+        for sub in self._rt.subscriptions.of_topic(topic):
             limit = sub.read_limit
             if limit is None:
                 continue
@@ -97,7 +98,7 @@ class ConsumerPolicies(TopicAdmin):
             sub.prepare_cursor_write(batch)
             moved += 1
         if batch:
-            await self.store.write(batch)
+            await self._rt.store.write(batch)
             log.info(
                 "topic %s: message TTL acknowledged up to %s for %d subscription(s)",
                 topic,
@@ -110,15 +111,15 @@ class ConsumerPolicies(TopicAdmin):
         """Apply every topic's message TTL every ``ttl_check_interval`` seconds."""
         while True:
             await asyncio.sleep(self.config.ttl_check_interval)
-            if self.subscriptions.has_delivery_times:  # forget the times that passed
+            if self._rt.subscriptions.has_delivery_times:  # forget the times that passed
                 batch = WriteBatch()
-                self.subscriptions.prune_delivery_times(batch, now_ms())
+                self._rt.subscriptions.prune_delivery_times(batch, now_ms())
                 try:
                     if batch:
-                        await self.store.write(batch)
+                        await self._rt.store.write(batch)
                 except EngineError as exc:  # disk full, ...: pruned again next pass
                     log.warning("pruning delivery times failed: %s", exc)
-            for name in list(self._ttl):
+            for name in list(self._rt.ttl):
                 try:
                     await self.apply_ttl(name)
                 except EngineError as exc:  # deleted meanwhile, disk full, ...: next pass
@@ -134,7 +135,7 @@ class ConsumerPolicies(TopicAdmin):
         while True:
             await self._dead_letter_event.wait()
             self._dead_letter_event.clear()
-            for sub in self.subscriptions.dead_lettering():
+            for sub in self._rt.subscriptions.dead_lettering():
                 try:
                     while sub.dead_letters and not sub.deleted:
                         await self._move_dead_letters(sub)
@@ -153,11 +154,11 @@ class ConsumerPolicies(TopicAdmin):
         acknowledge them, in one store transaction."""
         topic = sub.topic
         target = sub.policy.dead_letter_topic_of(topic.name, sub.name)
-        if target not in self._topics:
+        if target not in self._rt.topics:
             await self.create_topic(target)
         positions: list[Position] = list(sub.dead_letters.islice(0, _DEAD_LETTER_CHUNK))
         entries = await topic.ledger.read_positions(positions)
-        dead = self._topics.get(target)
+        dead = self._rt.topics.get(target)
         if sub.deleted or topic.deleted or dead is None:
             return
         # Nothing below awaits until the write: what was acked meanwhile is left out.
@@ -191,13 +192,13 @@ class ConsumerPolicies(TopicAdmin):
             )
             for entry in live
         ]
-        self.store.check_space()
+        self._rt.store.check_space()
         sub.dead_letters.difference_update(found)
         batch = WriteBatch()
         dead.prepare_data(batch, encoded, None)
         sub.apply_ack([e.position for e in live], False)
         sub.prepare_cursor_write(batch)
-        await self.store.write(batch)
+        await self._rt.store.write(batch)
         self.metrics.count_in(target, len(live))
         log.info(
             "subscription %s/%s: moved %d message(s) to dead-letter topic %s",

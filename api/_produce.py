@@ -244,7 +244,7 @@ class Producing(EngineCore):
         sequence: int | None,
         principal: PrincipalArg,
     ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
-        if topic not in self._partitioned or self.state is not EngineState.OPEN:
+        if topic not in self._rt.partitioned or self.state is not EngineState.OPEN:
             self._topic(topic)
         if (producer is None) != (sequence is None):
             raise InvalidArgumentError("producer and sequence go together")
@@ -259,7 +259,7 @@ class Producing(EngineCore):
                 await self._check_owner(txn, principal)
             if producer is not None:
                 producer = scoped_name(owner_name(principal), producer)
-        if topic in self._partitioned:
+        if topic in self._rt.partitioned:
             if producer is not None:
                 raise InvalidArgumentError(
                     "an idempotent producer's sequence numbers are per partition: produce"
@@ -277,18 +277,18 @@ class Producing(EngineCore):
         assert done is not None  # wait=True always hands back the batch's future
         return ProduceResult(positions, False), done
 
-    async def send_in_txn(
+    async def _send_in_txn(
         self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId
     ) -> list[Position]:
         """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
         them durable)."""
-        if topic in self._partitioned:
+        if topic in self._rt.partitioned:
             return (await self._append_partitioned(topic, messages, txn, wait=False))[0]
         result = await self._append(topic, messages, txn, None, None, wait=False)
         assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
         return result[0]
 
-    def send_one_in_txn(
+    def _send_one_in_txn(
         self,
         topic: str,
         value: Any,
@@ -303,18 +303,19 @@ class Producing(EngineCore):
         store): await :meth:`~txnstream.ledger.Store.wait_writable`, then call again.
         """
         encoded = encode_message(value, key, properties, self.config.max_message_bytes)
-        store = self.store
+        rt = self._rt
+        store = rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             return None
         # The position is assigned and queued in this one step.
-        topic_ = self._topics.get(topic) if self.state is EngineState.OPEN else None
+        topic_ = rt.topics.get(topic) if self.state is EngineState.OPEN else None
         if topic_ is None:
-            if topic in self._partitioned and self.state is EngineState.OPEN:
+            if topic in rt.partitioned and self.state is EngineState.OPEN:
                 encoded_key = encoded[0]  # to the partition its (checked) key picks
                 topic = partition_name(topic, self._route(topic, [encoded_key])[0])
             topic_ = self._topic(topic)  # (else raises the right error)
-        coordinator = self.coordinator
+        coordinator = rt.coordinator
         try:
             record = coordinator.check_open(txn)
         except FencedError:
@@ -329,22 +330,27 @@ class Producing(EngineCore):
         self.metrics.count_in(topic, 1)
         return position
 
-    def fast_txn_send(self, topic: str, txn: TxnId) -> FastTxnSend | None:
+    async def _wait_writable(self) -> None:
+        """Wait while the store holds writes back (see :meth:`_send_one_in_txn`)."""
+        await self._rt.store.wait_writable()
+
+    def _fast_txn_send(self, topic: str, txn: TxnId) -> FastTxnSend | None:
         """A :class:`FastTxnSend` for ``txn``'s next value-only sends to ``topic``, right
-        after a :meth:`send_one_in_txn` of it (None if that send did not leave one)."""
-        topic_ = self._topics.get(topic)
-        record = self.coordinator.get(txn)
+        after a :meth:`_send_one_in_txn` of it (None if that send did not leave one)."""
+        rt = self._rt
+        topic_ = rt.topics.get(topic)
+        record = rt.coordinator.get(txn)
         if topic_ is None or self.state is not EngineState.OPEN or topic not in record.topics:
             return None
-        batch = self.store.batch
+        batch = rt.store.batch
         appender = topic_.run_appender(batch, record.txn_id)
         return None if appender is None else FastTxnSend(self, topic, record, batch, appender)
 
     def _route(self, topic: str, keys: Sequence[str | None]) -> list[int]:
         """The partition of partitioned ``topic`` each message goes to: by its key with
         Kafka's partitioner, round-robin without one."""
-        count = self._partitioned[topic].partitions
-        turn = self._next_partition.get(topic, 0)
+        count = self._rt.partitioned[topic].partitions
+        turn = self._rt.next_partition.get(topic, 0)
         out = []
         for key in keys:
             if key is None:
@@ -352,7 +358,7 @@ class Producing(EngineCore):
                 turn += 1
             else:
                 out.append(partition_for_key(key, count))
-        self._next_partition[topic] = turn % count
+        self._rt.next_partition[topic] = turn % count
         return out
 
     async def _append_partitioned(
@@ -369,9 +375,9 @@ class Producing(EngineCore):
         positions, the batch's future and each position's partition topic."""
         payloads = await self._encoded(topic_name, messages, values)
         keys = [None] * len(messages) if values else [m.key for m in messages]
-        store = self.store
+        store = self._rt.store
         # Nothing below awaits: positions are assigned and submitted in one step.
-        if topic_name not in self._partitioned:
+        if topic_name not in self._rt.partitioned:
             self._topic(topic_name)  # deleted meanwhile: raises the right error
         parts = self._route(topic_name, keys)
         groups: dict[int, list[int]] = {}
@@ -386,7 +392,7 @@ class Producing(EngineCore):
             topic = topics[part]
             txn_id = None
             if record is not None:
-                self.coordinator.register_topic(batch, record, topic.name)
+                self._rt.coordinator.register_topic(batch, record, topic.name)
                 txn_id = record.txn_id
             got = topic.prepare_payloads(batch, [payloads[i] for i in members], txn_id)
             for index, position in zip(members, got, strict=True):
@@ -407,12 +413,12 @@ class Producing(EngineCore):
         limit = self.config.max_message_bytes
         encode = _value_payloads if values else _payloads
         if len(messages) >= LARGE_BATCH:
-            if topic_name not in self._partitioned:
+            if topic_name not in self._rt.partitioned:
                 self._topic(topic_name)  # an unknown topic fails before the work
             payloads = await asyncio.to_thread(encode, messages, limit)
         else:
             payloads = encode(messages, limit)
-        store = self.store
+        store = self._rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
@@ -432,7 +438,7 @@ class Producing(EngineCore):
         """Validate and encode ``messages`` (bare values if ``values``), then prepare
         and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
         payloads = await self._encoded(topic_name, messages, values)
-        store = self.store
+        store = self._rt.store
         timed = [] if values else _delivery_times(messages)
         # Nothing below awaits: positions are assigned and submitted in one step.
         topic = self._topic(topic_name)
@@ -445,11 +451,13 @@ class Producing(EngineCore):
         batch = store.batch  # validated above: everything below goes into the next flush
         txn_id = None
         if record is not None:
-            self.coordinator.register_topic(batch, record, topic_name)
+            self._rt.coordinator.register_topic(batch, record, topic_name)
             txn_id = record.txn_id
         positions = topic.prepare_payloads(batch, payloads, txn_id)
         if timed:
-            self.subscriptions.delay_delivery(batch, topic, [(positions[i], at) for i, at in timed])
+            self._rt.subscriptions.delay_delivery(
+                batch, topic, [(positions[i], at) for i, at in timed]
+            )
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
         done = store.submit(batch, wait=wait)
@@ -502,7 +510,7 @@ class Producing(EngineCore):
                 raise InvalidArgumentError(f"item {index} is not a (topic, value) pair")
             name, value = item
             message = value if isinstance(value, OutgoingMessage) else OutgoingMessage(value)
-            if name in self._partitioned:  # to the partition its key picks
+            if name in self._rt.partitioned:  # to the partition its key picks
                 key = message.key if isinstance(message.key, str) else None
                 name = partition_name(name, self._route(name, [key])[0])
             groups.setdefault(name, []).append((index, message))
@@ -512,7 +520,7 @@ class Producing(EngineCore):
         encoded = {t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()}
         for group in groups.values():
             _delivery_times([m for _, m in group])
-        store = self.store
+        store = self._rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
@@ -526,7 +534,7 @@ class Producing(EngineCore):
             ):
                 positions[index] = position
                 if message.deliver_at_ms is not None:
-                    self.subscriptions.delay_delivery(
+                    self._rt.subscriptions.delay_delivery(
                         batch, topic, [(position, message.deliver_at_ms)]
                     )
             self.metrics.count_in(topic_name, len(group))
@@ -536,7 +544,7 @@ class Producing(EngineCore):
 
 class FastTxnSend:
     """``Transaction.send``'s fast path: a transaction's further value-only sends to one
-    topic while nothing around them changed since a full :meth:`Producing.send_one_in_txn`
+    topic while nothing around them changed since a full :meth:`Producing._send_one_in_txn`
     (the same open batch, the topic's last run still this transaction's, the transaction
     still open and in time, no backpressure, space or store failure).
 
@@ -576,8 +584,9 @@ class FastTxnSend:
         self._record = record
         self._batch = batch
         self._appender = appender
-        self._store = engine.store
-        self._coordinator = engine.coordinator
+        runtime = engine._rt  # this term's (a later one's store does not take this batch)
+        self._store = runtime.store
+        self._coordinator = runtime.coordinator
         self._metrics = engine.metrics
         self._limit = engine.config.max_message_bytes
         self._pack = value_packer()  # made on the loop's thread, where every send runs

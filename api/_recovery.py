@@ -1,6 +1,9 @@
 """Recovery on open: load every topic, then reconcile buffers with the coordinator.
 
-Order (nothing is dispatched or accepted before all of it is done):
+:func:`load_runtime` does it all and returns the term's
+:class:`~txnstream.api._runtime.Runtime`, which the engine swaps in at once (on open,
+in-place recovery and failover alike). Order (nothing is dispatched or accepted before
+all of it is done):
 
 1. :func:`load_topics` reopens each topic's ledgers (a new ledger starts), rebuilds its
    transaction buffer from the newest valid snapshot plus the tail (or a full replay),
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from txnstream.dispatcher import SubscriptionRegistry
@@ -32,6 +36,7 @@ from txnstream.snapshots import SnapshotState, recover_topic
 from txnstream.txn_buffer import Coordinator, ProducerState, Topic, TxnRecord, TxnState
 
 from ._config import EngineConfig, OffloadPolicy, RetentionPolicy
+from ._runtime import Runtime
 
 log = logging.getLogger("txnstream.engine")
 
@@ -97,6 +102,59 @@ async def load_topics(
     # TaskGroup finishes in any order; keep topics in id order as before
     loaded.topics = dict(sorted(loaded.topics.items(), key=lambda kv: kv[1].topic_id))
     return loaded
+
+
+async def load_runtime(
+    store: Store,
+    config: EngineConfig,
+    remote: OffloadStore,
+    *,
+    on_txn_ended: Callable[[TxnRecord, bool], None],
+    on_dead_letter: Callable[[], None],
+) -> Runtime:
+    """Rebuild one term's state from the open ``store`` (in the order above) and make
+    the redone markers durable: what is returned is ready to serve. ``remote`` reads the
+    offloaded ledgers; the callbacks go to the coordinator (a transaction ended) and the
+    subscriptions (messages to move to a dead-letter topic)."""
+    subscriptions = SubscriptionRegistry(store)
+    subscriptions.on_dead_letter = on_dead_letter
+    topics: dict[str, Topic] = {}  # filled below, the coordinator's decisions resolve in it
+    coordinator = Coordinator(
+        store,
+        topics.get,
+        default_timeout=config.default_txn_timeout,
+        max_timeout=config.max_txn_timeout,
+        ended_retention=config.ended_txn_retention,
+    )
+    coordinator.ack_participant = subscriptions
+    coordinator.on_ended = on_txn_ended
+    # Topics and transactions load side by side: each is reads on its own reader
+    # connection (SQLite works with the GIL released) plus decoding on the loop.
+    async with asyncio.TaskGroup() as group:
+        loading = group.create_task(load_topics(store, config, remote))
+        group.create_task(coordinator.load())
+    loaded = loading.result()
+    topics.update(loaded.topics)
+    partitioned = {row.name: row for row in await Catalog(store).partitioned()}
+    by_id = {t.topic_id: t for t in topics.values()}
+    await subscriptions.load(by_id)
+    ttl = {
+        by_id[topic_id].name: ttl_ms
+        for topic_id, ttl_ms in await store.topic_ttl_rows()
+        if topic_id in by_id
+    }
+    await store.write(reconcile(topics, coordinator, subscriptions))
+    return Runtime(
+        store=store,
+        coordinator=coordinator,
+        subscriptions=subscriptions,
+        topics=topics,
+        partitioned=partitioned,
+        snapshots=loaded.snapshots,
+        retention=loaded.retention,
+        offload=loaded.offload,
+        ttl=ttl,
+    )
 
 
 def reconcile(

@@ -58,7 +58,7 @@ class Synthetic:
 async def synthetic_topic(engine: Engine, name: str, retained: int) -> Synthetic:
     """A real engine topic whose buffer holds ``retained`` aborted transactions."""
     await engine.create_topic(name)
-    topic = engine._topics[name]
+    topic = engine._rt.topics[name]
     aborted = []
     previous: Position | None = None
     for seq in range(retained):
@@ -90,12 +90,12 @@ def _blob_bytes(batch: WriteBatch) -> int:
 async def snapshot_once(engine: Engine, topic: Topic) -> tuple[int, float, float]:
     """One snapshot of ``topic`` the way the engine takes it (``take_snapshot``: new
     segments sealed in slices that yield to the loop): (bytes, prepare ms, write ms)."""
-    state = engine._snapshots[topic.topic_id]
+    state = engine._rt.snapshots[topic.topic_id]
     batch = WriteBatch()
     started = time.perf_counter()
     written = await take_snapshot(batch, topic, state)
     prepared = time.perf_counter()
-    await engine.store.write(batch)
+    await engine._rt.store.write(batch)
     done = time.perf_counter()
     blobs = _blob_bytes(batch)
     if blobs != written:
@@ -131,7 +131,7 @@ async def r2_series(path: Path, retained: int, policy: bool) -> Series:
         collect_garbage()
         written, prepare_ms, write_ms = await snapshot_once(engine, topic)
         series.initial_bytes, series.initial_ms = written, prepare_ms + write_ms
-        series.segments = len(engine._snapshots[topic.topic_id].segments)
+        series.segments = len(engine._rt.snapshots[topic.topic_id].segments)
         for _ in range(R2_SNAPSHOTS):
             with stall_phase("R2 synthetic aborts", watched=False):
                 synthetic.abort_more(R2_ABORTS_BETWEEN)
@@ -150,7 +150,7 @@ async def r2_series(path: Path, retained: int, policy: bool) -> Series:
             batch = WriteBatch()
             batch.add("INSERT OR REPLACE INTO meta (key, value) VALUES ('r2-floor', ?)", (i,))
             started = time.perf_counter()
-            await engine.store.write(batch)
+            await engine._rt.store.write(batch)
             series.floor_ms.append((time.perf_counter() - started) * 1000)
         if len(topic.buffer.aborted_txns) != synthetic.next_txn:
             raise AssertionError("R2: the buffer lost aborted transactions")

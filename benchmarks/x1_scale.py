@@ -78,7 +78,7 @@ async def _open_txns_cost(path: Path, open_txns: int, count: int) -> float:
                 # loop for thousands of them at once (L1 would time this harness, not the
                 # engine); a server's requests each take their own loop steps
                 await asyncio.sleep(0)
-        await engine.store.flush()
+        await engine._rt.store.flush()
         collect_garbage()
         started = time.perf_counter()
         await _produce(engine, ["x1"], count)

@@ -21,7 +21,7 @@ import asyncio
 import time
 import weakref
 import zlib
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import add, itemgetter
 
 from txnstream.ledger import (
@@ -54,7 +54,6 @@ _KEY_SHARED_LOOKAHEAD = 2000
 _ORDERED = (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)  # one consumer at a time
 
 
-_new_tuple = tuple.__new__
 _TXN = itemgetter(3)  # a stored row's txn seq
 
 STEP_MESSAGES = 4000
@@ -240,8 +239,7 @@ class Subscription(SubscriptionState):
             None if entry.txn_id is None else entry.txn_id.seq,
             self._redelivery.get(position, 0),
         )
-        message: Message = _new_tuple(Message, (fields,))
-        return message
+        return Message(*fields)
 
     def _deliver(self, entry: Entry, consumer: str) -> Message:
         key = position_key(entry.position)
@@ -530,7 +528,7 @@ class Subscription(SubscriptionState):
         if not keep:
             return True
         # A message wraps body + (position key, txn seq, count) (see Message), all made
-        # by C calls: ``add`` joins the tuples, the one-tuples from zip are copied.
+        # by C calls: ``add`` joins the tuples, ``Message`` is a msgspec struct.
         bodies = decode_payloads([r[4] for r in keep])
         keys = [(r[0] << 64) | r[1] for r in keep]
         redelivery = self._redelivery
@@ -538,7 +536,7 @@ class Subscription(SubscriptionState):
             [redelivery.get(Position(r[0], r[1]), 0) for r in keep] if redelivery else repeat(0)
         )
         tails = zip(keys, map(_TXN, keep), counts, strict=False)  # counts may repeat
-        out.extend(map(_new_tuple, repeat(Message), zip(map(add, bodies, tails))))
+        out.extend(starmap(Message, map(add, bodies, tails)))
         self._pending.update(zip(keys, repeat(consumer), strict=False))
         if keys[-1] > self._pending_max:
             self._pending_max = keys[-1]

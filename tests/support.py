@@ -189,7 +189,7 @@ async def play_history(
                     had_data = model.open_with_data.pop(txn, None) is not None
                     if op[0] == "abort" and had_data:
                         model.aborted_with_data.add(TxnId.parse(txn).seq)
-            await engine.store.flush()
+            await engine._rt.store.flush()
             await check(engine, model)
     finally:
         await engine.close()
@@ -438,9 +438,9 @@ class EngineStateMachine(RuleBasedStateMachine):
 def check_engine(engine: Engine) -> None:
     """Assert the invariants of an open engine's store, coordinator and subscriptions
     (their ``_check()``, as sortedcontainers' tests call theirs after every step)."""
-    engine.store._check()
-    engine.coordinator._check()
-    for subscription in engine.subscriptions:
+    engine._rt.store._check()
+    engine._rt.coordinator._check()
+    for subscription in engine._rt.subscriptions:
         subscription._check()
 
 

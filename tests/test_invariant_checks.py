@@ -38,7 +38,7 @@ async def test_a_consistent_engine_passes_every_check(data_dir: Path) -> None:
 async def test_a_corrupted_store_fails_its_check(data_dir: Path) -> None:
     engine = await _engine(data_dir)
     try:
-        store = engine.store
+        store = engine._rt.store
         store._check()
         store._idle.clear()  # "a flush in flight" with none in flight
         with pytest.raises(AssertionError, match="idle"):
@@ -58,7 +58,7 @@ async def test_a_corrupted_store_fails_its_check(data_dir: Path) -> None:
 async def test_a_corrupted_coordinator_fails_its_check(data_dir: Path) -> None:
     engine = await _engine(data_dir)
     try:
-        coordinator = engine.coordinator
+        coordinator = engine._rt.coordinator
         txn = await engine.begin()
         coordinator._check()
         saved = list(coordinator._deadlines)
@@ -75,7 +75,7 @@ async def test_a_corrupted_coordinator_fails_its_check(data_dir: Path) -> None:
 async def test_a_corrupted_subscription_fails_its_check(data_dir: Path) -> None:
     engine = await _engine(data_dir)
     try:
-        subscription = engine.subscriptions.get("t", "s")
+        subscription = engine._rt.subscriptions.get("t", "s")
         subscription._check()
         delivered = next(iter(subscription._pending))
         subscription._replay.add(Position(delivered >> 64, delivered & ((1 << 64) - 1)))

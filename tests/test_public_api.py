@@ -3,8 +3,9 @@
 Everything installs under one import name, ``txnstream``; the layers are its subpackages
 and point one way: ledger <- txn_buffer <- {dispatcher, snapshots} <- api. Inside ``api``
 the adapters (``http``, ``kafka``, ``client``, ``cli``, ``spark``) use the engine only
-through ``from txnstream.api import ...``; cli may also use http and kafka (serve) and
-client, spark uses client. Nobody imports another package's private modules, nor a layer
+through ``from txnstream.api import ...`` and the front-door helpers of
+``txnstream.api.support``; cli may also use http and kafka (serve) and client, spark uses
+client. Nobody imports another package's private modules, nor a layer
 by a bare name.
 """
 
@@ -45,13 +46,10 @@ DOCUMENTED_API = [
     "AbortedTxnRange",
     "AckConflictError",
     "ClosedError",
-    "CommittedReader",
-    "CommittedView",
     "ConflictError",
     "ConsumerBusyError",
     "CorruptEntryError",
     "CorruptObjectError",
-    "DB_FILE",
     "DataDirLockedError",
     "DataDirectoryLostError",
     "DrillError",
@@ -93,7 +91,6 @@ DOCUMENTED_API = [
     "TooLargeError",
     "TopicNotFoundError",
     "TopicOffsets",
-    "TopicReplay",
     "TopicStats",
     "Transaction",
     "TxnId",
@@ -105,9 +102,78 @@ DOCUMENTED_API = [
     "TxnStreamSourceError",
     "TxnStreamTransportError",
     "partition_for_key",
-    "replay_check",
-    "validate_name",
 ]
+
+
+# The engine's methods: the embedded contract's, what the README documents, and what the
+# front doors call (each HTTP and Kafka operation is one). Its parts (the store, the
+# coordinator, the subscription registry) and the handles' paths into it are private.
+ENGINE_METHODS = [
+    # lifecycle and health
+    "open",
+    "close",
+    "health",
+    "storage_metrics",
+    # topics and their policies
+    "create_topic",
+    "delete_topic",
+    "list_topics",
+    "partitioned_topics",
+    "partitions_of",
+    "parent_of",
+    "stats",
+    "topic_stats",
+    "set_retention",
+    "apply_retention",
+    "set_ttl",
+    "ttl",
+    "apply_ttl",
+    "set_offload",
+    "offload",
+    "list_ledgers",
+    "take_snapshot",
+    # producing
+    "send",
+    "send_many",
+    "send_batch",
+    "produce",
+    "produce_values",
+    "produce_start",
+    "last_sequence",
+    # transactions
+    "begin",
+    "transaction",
+    "commit",
+    "abort",
+    "finish",
+    "get_transaction",
+    "transactions",
+    "iter_transactions",
+    # consuming
+    "subscribe",
+    "create_subscription",
+    "subscription_policy",
+    "delete_subscription",
+    "receive",
+    "ack",
+    "nack",
+    "release",
+    "seek",
+    "fetch",
+    # offsets (the Kafka listener's view of a topic)
+    "offsets",
+    "offset_of",
+    "position_at",
+    "committed_offset",
+    "commit_offset",
+    "watch",
+]
+
+
+def test_the_engine_shows_only_its_methods() -> None:
+    """``help(Engine)`` lists the methods above and nothing of its insides."""
+    public = sorted(n for n in dir(api.Engine) if not n.startswith("_"))
+    assert public == sorted(ENGINE_METHODS)
 
 
 def test_api_exports_exactly_the_documented_surface() -> None:
@@ -177,7 +243,9 @@ def test_imports_point_down_and_adapters_use_the_api_root(path: Path) -> None:
         if room is not None:
             # an adapter: the api root, or an adapter it may use
             sub = rest.split(".")[0]
-            ok = module == "txnstream.api" or (top == "api" and sub in ADAPTERS[room] | {room})
+            ok = module in ("txnstream.api", "txnstream.api.support") or (
+                top == "api" and sub in ADAPTERS[room] | {room}
+            )
             assert ok, f"{where}: adapter {room} imports {module}"
             continue
         if top == layer:

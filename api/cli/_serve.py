@@ -199,7 +199,7 @@ class _ServedApp:
 def unwritable(data: Path) -> str | None:
     """Why ``serve`` could not write to the data directory (None if it can): probed by
     writing, since a read-only mount or another owner's files refuse root too."""
-    from txnstream.api import DB_FILE
+    from txnstream.api.support import DB_FILE
 
     try:
         data.mkdir(parents=True, exist_ok=True)

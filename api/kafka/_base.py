@@ -10,8 +10,8 @@ from txnstream.api import (
     EngineError,
     TopicOffsets,
     TxnId,
-    validate_name,
 )
+from txnstream.api.support import validate_name
 
 from ._codes import ErrorCode, code_of
 from ._groups import GroupCoordinator

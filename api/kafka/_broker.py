@@ -79,8 +79,8 @@ from txnstream.api import (
     ConflictError,
     Engine,
     EngineError,
-    validate_name,
 )
+from txnstream.api.support import validate_name
 
 from ._codes import ErrorCode, code_of
 from ._fetch import FetchApi

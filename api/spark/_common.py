@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from txnstream.api import CommittedReader, InvalidArgumentError, Position, validate_name
+from txnstream.api import InvalidArgumentError, Position
+from txnstream.api.support import CommittedReader, validate_name
 
 from ._errors import TxnStreamSourceError
 

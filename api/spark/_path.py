@@ -19,12 +19,12 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from txnstream.api import (
-    CommittedReader,
     CorruptEntryError,
     InvalidArgumentError,
     LedgerError,
     NotFoundError,
 )
+from txnstream.api.support import CommittedReader
 
 from ._common import BATCH_ROWS, READ_COMMITTED, SPARK_COLUMNS, Window, make_batch
 from ._errors import TxnStreamSourceError

@@ -303,12 +303,12 @@ async def test_stored_redelivery_state_goes_with_the_ack_seek_and_deletion(engin
     sub = await engine.subscribe("t", "s", type="shared", max_redeliveries=5)
     first, second = await sub.receive(max=2, timeout=2.0)
     await sub.nack([first.position, second.position])
-    assert len(await engine.store.redelivery_rows()) == 2
+    assert len(await engine._rt.store.redelivery_rows()) == 2
     await sub.ack([first.position])
-    assert [row[2:5] for row in await engine.store.redelivery_rows()] == [(0, 1, 1)]
+    assert [row[2:5] for row in await engine._rt.store.redelivery_rows()] == [(0, 1, 1)]
     await sub.seek("earliest")
-    assert await engine.store.redelivery_rows() == []
+    assert await engine._rt.store.redelivery_rows() == []
     [again, _] = await sub.receive(max=2, timeout=2.0)
     await sub.nack([again.position])
     await engine.delete_subscription("t", "s")
-    assert await engine.store.redelivery_rows() == []
+    assert await engine._rt.store.redelivery_rows() == []

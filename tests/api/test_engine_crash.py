@@ -154,7 +154,7 @@ def _buffer_state(buffer: TxnBuffer) -> BufferState:
 
 async def _full_replay_state(engine: Engine, topic: str, upto: Position | None) -> BufferState:
     """A buffer fed every entry of the log from the first one, up to ``upto``."""
-    ledger = engine._topics[topic].ledger
+    ledger = engine._rt.topics[topic].ledger
     buffer = TxnBuffer()
     start = Position(0, 0)
     while upto is not None:
@@ -208,7 +208,7 @@ async def test_sigkill_keeps_acknowledged_commits_and_never_delivers_undecided_d
     )
     async with Engine.open(data, config) as engine:
         # Before any background task has had a turn (no await yet): the recovered state.
-        recovered = {t: _buffer_state(engine._topics[t].buffer) for t in TOPICS}
+        recovered = {t: _buffer_state(engine._rt.topics[t].buffer) for t in TOPICS}
         left_open = {t.txn for t in await engine.transactions(state="open")}
         assert left_open, "no transaction was open at the kill; the test lost its point"
         assert left_open <= exp.ended_not_committed | exp.in_flight_commits

@@ -162,7 +162,7 @@ async def test_closing_while_a_write_waits_for_space_answers_it_and_writes_nothi
     acked = [await engine.send("t", b"first")]
     filler = _fill_all(small_fs)
     held = asyncio.create_task(engine.send("t", VALUE))
-    await wait_until(lambda: _async(engine.store.disk_full is not None), 10, "held")
+    await wait_until(lambda: _async(engine._rt.store.disk_full is not None), 10, "held")
     await asyncio.wait_for(engine.close(), 10)  # does not wait for space
     with pytest.raises(InsufficientStorageError):
         await held
@@ -213,14 +213,14 @@ async def test_transactions_across_a_disk_full_spell_end_and_writes_resume(
             asyncio.create_task(open_txns[i][0].commit() if i % 2 else open_txns[i][0].abort())
             for i in range(5)
         ]
-        await wait_until(lambda: _async(engine.store.disk_full is not None), 10, "disk full")
+        await wait_until(lambda: _async(engine._rt.store.disk_full is not None), 10, "disk full")
         assert engine.health().status == "degraded"
         with pytest.raises(InsufficientStorageError):
             await engine.send("t", b"refused")
         got = await drain(sub)  # reads go on
         assert [m.position for m in got] == committed
         await wait_until(  # the timeout abort is decided, and waits behind the held flush
-            lambda: _async(engine.coordinator.get(open_txns[5][0].txn_id).state == "aborting"),
+            lambda: _async(engine._rt.coordinator.get(open_txns[5][0].txn_id).state == "aborting"),
             10,
             "the timeout abort",
         )
@@ -296,7 +296,7 @@ async def test_a_receive_during_recovery_answers_unavailable_never_empty_at_once
 
 
 def _polling(engine: Engine) -> bool:
-    consumer = engine.subscriptions.get("t", "s").consumers.get("c")
+    consumer = engine._rt.subscriptions.get("t", "s").consumers.get("c")
     return consumer is not None and consumer.polling > 0
 
 

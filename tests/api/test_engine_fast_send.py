@@ -90,13 +90,13 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
                     await engine.send_many(topic, [value])
                     model[topic].append(("data", None, value))
                 elif op[0] == "roll":  # into the open batch (no flush), or flushed alone
-                    ledger = engine._topics[str(op[1])].ledger
+                    ledger = engine._rt.topics[str(op[1])].ledger
                     if op[2]:
-                        ledger.roll_over(engine.store.batch)
+                        ledger.roll_over(engine._rt.store.batch)
                     else:
                         batch = WriteBatch()
                         ledger.roll_over(batch)
-                        await engine.store.write(batch)
+                        await engine._rt.store.write(batch)
                 elif op[0] in ("big", "bad"):
                     i, topic = int(str(op[1])), str(op[2])
                     refused = b"x" * (LIMIT + 36) if op[0] == "big" else object()
@@ -108,10 +108,10 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
                     await end(int(str(op[1])), bool(op[2]))
             # while some are open: the buffers hold every run, so the stable position is
             # just before the first entry of a still-open transaction
-            await engine.store.flush()
+            await engine._rt.store.flush()
             open_seqs = {seqs[i] for i in range(TXNS) if state[i] == "open"}
             for topic in TOPICS:
-                buffer = engine._topics[topic].buffer
+                buffer = engine._rt.topics[topic].buffer
                 buffer._check()
                 fetched = await engine.fetch(topic, None, max=10_000, isolation="read_uncommitted")
                 entries = fetched.entries
@@ -143,7 +143,7 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
                 ]
                 keyed = [e.key for e in fetched.entries if e.kind == "data"]
                 assert set(keyed) <= {None, "k"}
-                engine._topics[topic].buffer._check()
+                engine._rt.topics[topic].buffer._check()
                 committed = await engine.fetch(topic, None, max=10_000)
                 aborted = {a.txn for a in committed.aborted}
                 delivered = [

@@ -77,7 +77,7 @@ async def test_older_than_filter_and_the_blocking_transaction(engine: Engine) ->
 
 
 async def _open_on(engine: Engine, count: int) -> bool:
-    await engine.store.flush()
+    await engine._rt.store.flush()
     return (await engine.stats("t"))["open_txns"] == count
 
 
@@ -99,7 +99,7 @@ async def test_ended_transactions_leave_the_deadline_heap_and_timeouts_still_fir
             txn = await engine.begin()
             await txn.send("t", n)
             await (txn.abort() if n % 4 == 3 else txn.commit())
-        table = engine.coordinator
+        table = engine._rt.coordinator
         assert len(table._deadlines) <= 2 * len(table._txns) + 1025
         assert len(table._deadlines) < 5000 / 2
 

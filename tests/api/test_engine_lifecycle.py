@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from support import drain, make_topics, positions, values
 
-from txnstream.api import DB_FILE, ClosedError, Engine, EngineConfig, TxnNotFoundError
+from txnstream.api import ClosedError, Engine, EngineConfig, TxnNotFoundError
+from txnstream.ledger import DB_FILE
 
 
 async def test_open_works_awaited_and_as_context_manager(data_dir: Path) -> None:

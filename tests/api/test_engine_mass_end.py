@@ -112,7 +112,9 @@ async def test_a_mass_timeout_aborts_them_all_and_the_topic_moves_on(tmp_path: P
         after = await engine.begin()
         await after.send("left", "after")
         await after.commit()
-        await eventually(lambda: engine.coordinator.get(txns[-1].txn_id).state.is_ended, "expiry")
+        await eventually(
+            lambda: engine._rt.coordinator.get(txns[-1].txn_id).state.is_ended, "expiry"
+        )
         for txn in txns:
             info = await txn.info()
             assert (info.state, info.reason) == ("aborted", "timeout")

@@ -16,16 +16,16 @@ async def test_a_large_open_transaction_is_neither_buffered_nor_queued(data_dir:
         largest_queue = 0
         for _ in range(40):
             await txn.send_many("t", [b"x" * 100] * 250)
-            largest_queue = max(largest_queue, engine.store._queued_entries)
+            largest_queue = max(largest_queue, engine._rt.store._queued_entries)
         # backpressure bounds what waits for a group commit...
         assert largest_queue <= config.max_pending_entries + 250
-        await engine.store.flush()
-        buffer = engine._topics["t"].buffer
+        await engine._rt.store.flush()
+        buffer = engine._rt.topics["t"].buffer
         # ...and the transaction buffer holds one first position, not 10,000 messages
         assert len(buffer.ongoing_txns) == 1
         assert await sub.receive(max=10, timeout=0) == []
         await txn.commit()
-        subscription = engine.subscriptions.get("t", "s")
+        subscription = engine._rt.subscriptions.get("t", "s")
         received = 0
         while batch := await sub.receive(max=1000, timeout=0):
             received += len(batch)
@@ -46,7 +46,7 @@ async def test_single_sends_wait_for_backpressure_and_keep_their_order(data_dir:
         largest_queue = 0
         for i in range(400):
             positions.append(await txn.send("t", i))
-            largest_queue = max(largest_queue, engine.store._queued_entries)
+            largest_queue = max(largest_queue, engine._rt.store._queued_entries)
         # a send held back waits for a flush instead of queueing without bound
         assert largest_queue <= config.max_pending_entries + 1
         assert positions == sorted(positions)

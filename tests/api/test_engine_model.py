@@ -195,8 +195,8 @@ class EngineMachine(EngineStateMachine):
     @rule(topic=st.sampled_from(TOPICS))
     def roll_over(self, topic: str) -> None:
         batch = WriteBatch()
-        self.engine._topics[topic].ledger.roll_over(batch)
-        self.run(self.engine.store.write(batch))
+        self.engine._rt.topics[topic].ledger.roll_over(batch)
+        self.run(self.engine._rt.store.write(batch))
 
     @precondition(lambda self: self.next_value > 0)
     @rule()
@@ -214,7 +214,7 @@ class EngineMachine(EngineStateMachine):
 
     def _check_recovery_equivalence(self, topic: str) -> None:
         """Snapshot + tail replay yields exactly the state of a full replay."""
-        owner = self.engine._topics[topic]
+        owner = self.engine._rt.topics[topic]
         recovered = owner.buffer
         replayed, _ = self.run(full_replay(owner.ledger))
         assert recovered.last_confirmed == replayed.last_confirmed
@@ -225,7 +225,7 @@ class EngineMachine(EngineStateMachine):
         assert {t: (a.first, a.last, a.marker) for t, a in recovered.aborted_txns.items()} == {
             t: (a.first, a.last, a.marker) for t, a in replayed.aborted_txns.items()
         }
-        info = self.engine._snapshots[owner.topic_id].recovery
+        info = self.engine._rt.snapshots[owner.topic_id].recovery
         assert info is not None
         assert info.from_snapshot == (topic in self.snapshotted)
 
@@ -233,9 +233,9 @@ class EngineMachine(EngineStateMachine):
 
     @invariant()
     def matches_model(self) -> None:
-        self.run(self.engine.store.flush())
+        self.run(self.engine._rt.store.flush())
         for topic in TOPICS:
-            buffer = self.engine._topics[topic].buffer
+            buffer = self.engine._rt.topics[topic].buffer
             buffer._check()
             fetched = self.run(
                 self.engine.fetch(topic, None, max=10_000, isolation="read_uncommitted")

@@ -188,7 +188,7 @@ async def test_background_pass_follows_the_policy(tmp_path: Path) -> None:
         await engine.set_offload("t", after=0, min_local_ledgers=2)
         # (an object is complete before its ledger switches to it: wait for the switch)
         await eventually(
-            lambda: len(engine._topics["t"].ledger.offloaded) == 3, "three ledgers offloaded"
+            lambda: len(engine._rt.topics["t"].ledger.offloaded) == 3, "three ledgers offloaded"
         )
         assert len(objects(url, "t")) == 3
         stats = await engine.stats("t")

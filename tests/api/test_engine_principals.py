@@ -164,7 +164,7 @@ async def test_owners_ids_and_keys_survive_a_restart(data_dir: Path) -> None:
 
 async def test_ownership_of_a_transaction_kept_only_as_an_outcome(data_dir: Path) -> None:
     async with Engine.open(data_dir, EngineConfig()) as engine:
-        coordinator = engine.coordinator
+        coordinator = engine._rt.coordinator
         coordinator._ended_in_memory = 1  # the next end pushes this one out of memory
         txn = await engine.begin(principal=A)
         await engine.commit(txn.id, principal=A)

@@ -124,7 +124,7 @@ async def test_tail_of_markers_and_aborted_data_leaves_nothing_to_deliver(
 
     # The first receive skips the tail; later ones must wait, not re-read in a loop.
     assert await sub.receive(timeout=0.05) == []
-    topic = engine._topics["t"]
+    topic = engine._rt.topics["t"]
     calls = 0
     original = topic.ledger.read
 

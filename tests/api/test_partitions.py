@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from txnstream.api import (
-    DB_FILE,
     ConflictError,
     Engine,
     InvalidArgumentError,
@@ -21,6 +20,7 @@ from txnstream.api import (
     TopicNotFoundError,
     partition_for_key,
 )
+from txnstream.ledger import DB_FILE
 from txnstream.ledger._schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.timeout(60)

@@ -50,7 +50,7 @@ async def test_a_store_url_the_engine_does_not_know_is_refused(url: str) -> None
 
 async def test_the_suites_here_run_on_postgresql(engine: Engine) -> None:
     assert engine.store_url is not None
-    assert type(engine.store).__name__ == "PgStore"
+    assert type(engine._rt.store).__name__ == "PgStore"
     assert not engine.path.is_absolute()  # no data directory was made
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from txnstream.api import DB_FILE, Engine, EngineConfig, OutgoingMessage
+from txnstream.api import Engine, EngineConfig, OutgoingMessage
 from txnstream.api.cli import app
+from txnstream.ledger import DB_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = EngineConfig(ledger_max_entries=10, snapshot_interval=3600.0)

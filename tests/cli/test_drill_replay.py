@@ -13,7 +13,7 @@ import pytest
 from drill_support import REPO, drill, make_data, rows, sql
 
 import txnstream.snapshots._store as snapshot_store
-from txnstream.api import replay_check
+from txnstream.api.support import replay_check
 from txnstream.ledger import TxnId
 from txnstream.snapshots import TxnBufferSnapshot
 from txnstream.txn_buffer import OpenTxn

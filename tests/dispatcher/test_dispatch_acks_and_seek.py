@@ -227,7 +227,7 @@ async def test_a_seek_while_a_receive_reads_wins_over_that_read(engine: Engine) 
     sub = await engine.subscribe("t", "s")
     assert values(await sub.receive(max=5, timeout=1.0)) == [f"m{i}" for i in range(5)]
     await engine.send_many("t", [f"m{i}" for i in range(5, 25)])
-    ledger = engine._topics["t"].ledger
+    ledger = engine._rt.topics["t"].ledger
     original = ledger.read_rows
     entered, release = asyncio.Event(), asyncio.Event()
 

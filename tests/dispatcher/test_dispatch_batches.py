@@ -33,7 +33,7 @@ async def test_a_drain_delivers_committed_messages_once_with_few_extra_rows(
     engine: Engine,
 ) -> None:
     expected = [*await _fill(engine, 120), "tail"]
-    ledger = engine._topics["t"].ledger
+    ledger = engine._rt.topics["t"].ledger
     read = 0
     original = ledger.read_rows
 

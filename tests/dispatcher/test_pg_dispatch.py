@@ -21,4 +21,4 @@ def data_dir(pg_url: str) -> str:  # (the tests' annotation says Path: Engine.op
 
 
 async def test_the_suites_here_run_on_postgresql(engine: Engine) -> None:
-    assert type(engine.store).__name__ == "PgStore"
+    assert type(engine._rt.store).__name__ == "PgStore"

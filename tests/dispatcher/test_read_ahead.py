@@ -35,7 +35,7 @@ async def _fill(engine: Engine, count: int, *, start: int = 0) -> list[int]:
 
 def _count_reads(engine: Engine) -> list[int]:
     """A one-item list counting the topic's range reads from now on."""
-    ledger = engine._topics[TOPIC].ledger
+    ledger = engine._rt.topics[TOPIC].ledger
     original = ledger.read_rows
     counts = [0]
 
@@ -122,7 +122,7 @@ async def _stalled_read_ahead(engine: Engine, name: str) -> set[asyncio.Task[obj
     hang (as on a stalled disk); the tasks the ack started."""
     sub = await engine.subscribe(TOPIC, name, initial_position="earliest")
     messages = await sub.receive(max=5, timeout=1.0)
-    ledger = engine._topics[TOPIC].ledger
+    ledger = engine._rt.topics[TOPIC].ledger
     original = ledger.read_rows
     gate = asyncio.Event()  # never set
 
@@ -169,7 +169,7 @@ async def test_a_read_ahead_that_failed_is_read_again(engine: Engine) -> None:
     expected = await _fill(engine, 12)
     sub = await engine.subscribe(TOPIC, "s")
     first = await sub.receive(max=4, timeout=1.0)
-    ledger = engine._topics[TOPIC].ledger
+    ledger = engine._rt.topics[TOPIC].ledger
     original = ledger.read_rows
     failures = []
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from txnstream.api import DB_FILE, Engine, EngineConfig, Position
+from txnstream.api import Engine, EngineConfig, Position
+from txnstream.ledger import DB_FILE
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -35,7 +35,7 @@ async def test_a_second_engine_in_the_same_process_is_refused(data_dir: Path) ->
     async with Engine.open(data_dir) as engine:
         await engine.create_topic("t")
         await engine.send("t", {"n": 1})
-        await engine.store.flush()
+        await engine._rt.store.flush()
         before = _fingerprint(data_dir)
         with pytest.raises(DataDirLockedError) as caught:
             await Engine.open(data_dir)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def _count_reads(engine: Engine) -> list[str]:
     """Record every query the engine's store runs on its read connections."""
-    store = engine.store
+    store = engine._rt.store
     queries: list[str] = []
     read = store.read
 

@@ -44,7 +44,7 @@ async def _history(engine: Engine, rounds: int) -> list[str]:
 
 
 async def _assert_equivalent(engine: Engine, topic: str = "t") -> None:
-    owner = engine._topics[topic]
+    owner = engine._rt.topics[topic]
     replayed, _ = await full_replay(owner.ledger)
     assert _state(owner.buffer) == _state(replayed)
 
@@ -93,20 +93,20 @@ async def test_snapshots_of_format_1_are_still_recovered_from(
         async with Engine.open(data_dir, QUIET) as engine:
             await _history(engine, 60)
             await engine.take_snapshot("t")
-            expected = _state(engine._topics["t"].buffer)
+            expected = _state(engine._rt.topics["t"].buffer)
     assert _versions(data_dir) == {1}
     async with Engine.open(data_dir, QUIET) as engine:
         stats = await engine.stats("t")
         assert stats["recovery"]["from_snapshot"] is True
         assert stats["recovery"]["entries_replayed"] == 0
-        assert _state(engine._topics["t"].buffer) == expected
+        assert _state(engine._rt.topics["t"].buffer) == expected
         await engine.send("t", "after")
         await engine.take_snapshot("t")
-        expected = _state(engine._topics["t"].buffer)
+        expected = _state(engine._rt.topics["t"].buffer)
     assert _versions(data_dir) == {1, 2}  # format 1 segments stay, named by a format 2 index
     async with Engine.open(data_dir, QUIET) as engine:
         assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
-        assert _state(engine._topics["t"].buffer) == expected
+        assert _state(engine._rt.topics["t"].buffer) == expected
         await _assert_equivalent(engine)
 
 
@@ -159,11 +159,11 @@ async def test_damaged_snapshot_falls_back_and_state_is_still_right(
         await engine.take_snapshot("t")
         await engine.send("t", "between")
         await engine.take_snapshot("t")
-        expected = _state(engine._topics["t"].buffer)
+        expected = _state(engine._rt.topics["t"].buffer)
     _corrupt(data_dir, damage)
     with caplog.at_level(logging.WARNING, logger="txnstream.snapshots"):
         async with Engine.open(data_dir, QUIET) as engine:
-            assert _state(engine._topics["t"].buffer) == expected
+            assert _state(engine._rt.topics["t"].buffer) == expected
             stats = await engine.stats("t")
             assert stats["recovery"]["from_snapshot"] is from_snapshot
             await _assert_equivalent(engine)
@@ -172,7 +172,7 @@ async def test_damaged_snapshot_falls_back_and_state_is_still_right(
     assert any("snapshot" in r.getMessage() for r in caplog.records)
     async with Engine.open(data_dir, QUIET) as engine:
         assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
-        assert _state(engine._topics["t"].buffer) == expected
+        assert _state(engine._rt.topics["t"].buffer) == expected
 
 
 async def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -326,8 +326,8 @@ async def test_retention_after_a_full_replay_seals_segments_in_slices(
         assert unsliced  # the trim's snapshot was prepared...
         assert not any(unsliced)  # ...with every whole segment sealed before it, in slices
         assert 0 < (await engine.stats("t"))["aborted_txns"] < 30
-        expected = _state(engine._topics["t"].buffer)
+        expected = _state(engine._rt.topics["t"].buffer)
         await _assert_equivalent(engine)
     async with Engine.open(data_dir, config) as engine:
         assert (await engine.stats("t"))["recovery"]["from_snapshot"] is True
-        assert _state(engine._topics["t"].buffer) == expected
+        assert _state(engine._rt.topics["t"].buffer) == expected

@@ -105,7 +105,7 @@ async def populate_mixed(engine: Engine, topic: str) -> Transaction:
     await d.commit()
     await engine.send(topic, b"after-open")
     await c.send(topic, b"c-1")
-    await engine.store.flush()  # transactional sends are pipelined: make them durable
+    await engine._rt.store.flush()  # transactional sends are pipelined: make them durable
     return c
 
 

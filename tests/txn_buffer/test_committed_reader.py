@@ -31,7 +31,7 @@ def whole_topic_aborted(reader: CommittedReader, topic_id: int) -> set[int]:
 
 
 async def check_against_engine(engine: Engine, path: Path, model: HistoryModel) -> None:
-    await engine.store.flush()
+    await engine._rt.store.flush()
     stats = await engine.stats("t")
     with CommittedReader(path) as reader:
         view = reader.view("t")
@@ -93,7 +93,7 @@ async def test_data_rows_and_planning(data_dir: Path) -> None:
         await txn.send("t", b"in-txn")
         await engine.send_many("t", [b"v"] * 6)
         await txn.commit()  # a COMMIT marker: an entry, never a data row
-        await engine.store.flush()
+        await engine._rt.store.flush()
         with CommittedReader(data_dir) as reader:
             tid = reader.topic_id("t")
             sizes = reader.ledger_sizes(tid)
@@ -115,7 +115,7 @@ async def test_max_read_position_scan_hint(tmp_path: Path) -> None:
         txn = await engine.begin()
         first = await txn.send("t", b"open")
         await engine.send_many("t", [b"y"] * 6)
-        await engine.store.flush()
+        await engine._rt.store.flush()
         with CommittedReader(tmp_path) as reader, reader.read_transaction():
             stable = reader.max_read_position(0, "t")
             hinted = reader.max_read_position(0, "t", scan_from=stable)
@@ -143,7 +143,7 @@ async def test_missing_topic_and_read_only(data_dir: Path) -> None:
     async with Engine.open(data_dir, EngineConfig()) as engine:
         await engine.create_topic("t")
         await engine.send("t", b"x")
-        await engine.store.flush()
+        await engine._rt.store.flush()
         with CommittedReader(data_dir) as reader:
             with pytest.raises(TopicNotFoundError, match="topic 'nope' not found in data dir"):
                 reader.topic_id("nope")

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from txnstream.api import TopicReplay, replay_check
+from txnstream.api.support import TopicReplay, replay_check
 
 from ._console import consoles, yes
 from ._errors import DrillError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from txnstream.api import TopicReplay
+from txnstream.api.support import TopicReplay
 
 Pos = tuple[int, int]
 

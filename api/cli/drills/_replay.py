@@ -18,7 +18,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from txnstream.api import NotFoundError, TopicReplay, replay_check
+from txnstream.api import NotFoundError
+from txnstream.api.support import TopicReplay, replay_check
 
 from ._console import consoles, yes
 

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from txnstream.api import DB_FILE, Engine
+from txnstream.api import Engine
+from txnstream.api.support import DB_FILE
 
 from ._console import consoles
 
