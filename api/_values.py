@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 from txnstream.ledger import PACK_ERRORS, InvalidArgumentError, value_packer
@@ -59,7 +60,9 @@ def pack_values(values: Sequence[Any]) -> list[bytes] | None:
     """The packed forms of ``values``, or None if any is refused (the caller then checks
     them one by one, to say the first error in order). Types are screened by C calls,
     and only lists, dicts and floats are looked into."""
-    if not _PLAIN_TOP.issuperset(map(type, values)) and not all(map(_fits_top, values)):
+    if not _PLAIN_TOP.issuperset(map(type, values)) and not all(
+        map(_fits, values, repeat(MAX_DEPTH))
+    ):
         return None
     try:
         return list(map(value_packer(), values))  # this thread's packer, mapped in C
@@ -73,40 +76,30 @@ def fits(value: Any) -> bool:
     return type(value) in _PLAIN_TOP or _fits(value, MAX_DEPTH)
 
 
-def _fits_top(value: Any) -> bool:
-    return type(value) is bytes or _fits(value, MAX_DEPTH)
-
-
 def _fits(value: Any, depth: int) -> bool:
-    """Whether ``value`` (not bytes) is in the model, by exact types; ``depth``: how many
-    more levels of lists and dicts may nest here. (Loops, not ``all()`` over a generator
-    or ``frozenset.issuperset``: both cost more per call for the small values common here.)"""
+    """Whether ``value`` is in the model, by exact types; ``depth``: how many more levels
+    of lists and dicts may nest here (bytes only at the top: ``MAX_DEPTH``). A loop with
+    the common cases inline: a generator in ``all()``, ``frozenset.issuperset`` or a call
+    per item all cost more for the small values usual here."""
     kind = type(value)
-    if kind in _PLAIN:
-        return True
-    if kind is float:
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return False
+        items: Any = value.values()
+    elif kind is list:
+        items = value
+    elif kind is float:
         return _isfinite(value)
+    else:
+        return kind in _PLAIN or (kind is bytes and depth == MAX_DEPTH)
     if not depth:
         return False
     depth -= 1
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                return False
-            kind = type(item)
-            if kind in _PLAIN:
-                continue
-            if kind is float:
-                if not _isfinite(item):
-                    return False
-            elif not _fits(item, depth):
-                return False
-        return True
-    if kind is not list:
-        return False
-    for item in value:
+    plain = _PLAIN
+    for item in items:
         kind = type(item)
-        if kind in _PLAIN:
+        if kind in plain:
             continue
         if kind is float:
             if not _isfinite(item):
