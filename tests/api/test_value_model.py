@@ -12,6 +12,7 @@ trip that gives back the same types, or bytes as the whole value.
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import math
@@ -120,16 +121,13 @@ any_values: st.SearchStrategy[Any] = st.recursive(
 
 def b64(value: Any) -> dict[str, Any]:
     """A message's value as HTTP writes it."""
-    import base64
-
     if isinstance(value, bytes):
         return {"value_b64": base64.b64encode(value).decode()}
     return {"value": value}
 
 
 def from_http(item: dict[str, Any]) -> Any:
-    import base64
-
+    """A value as HTTP gives it back."""
     if "value_b64" in item:
         return base64.b64decode(item["value_b64"])
     return item["value"]
