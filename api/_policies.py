@@ -19,14 +19,13 @@ from txnstream.ledger import (
     AckConflictError,
     EngineError,
     InvalidArgumentError,
-    OutgoingMessage,
     Position,
     WriteBatch,
     now_ms,
 )
 
 from ._admin import TopicAdmin
-from ._produce import _check_message
+from ._produce import encode_stored_message
 
 log = logging.getLogger("txnstream.engine")
 
@@ -176,18 +175,16 @@ class ConsumerPolicies(TopicAdmin):
             return
         limit = self.config.max_message_bytes + _PROPERTY_ROOM
         encoded = [
-            _check_message(
-                OutgoingMessage(
-                    entry.value,
-                    entry.key,
-                    {
-                        **entry.properties,
-                        "origin_topic": topic.name,
-                        "origin_subscription": sub.name,
-                        "origin_position": str(entry.position),
-                        "redelivery_count": str(sub.redelivery_count(entry.position)),
-                    },
-                ),
+            encode_stored_message(
+                entry.value,
+                entry.key,
+                {
+                    **entry.properties,
+                    "origin_topic": topic.name,
+                    "origin_subscription": sub.name,
+                    "origin_position": str(entry.position),
+                    "redelivery_count": str(sub.redelivery_count(entry.position)),
+                },
                 limit,
             )
             for entry in live

@@ -41,6 +41,7 @@ from ._core import (
     owner_name,
 )
 from ._partitions import partition_for_key
+from ._values import fits, pack_value, pack_values
 
 LARGE_BATCH = 2_000
 """Batches of at least this many messages are validated and encoded in a worker thread
@@ -50,21 +51,36 @@ LARGE_BATCH = 2_000
 def _payloads(messages: Sequence[OutgoingMessage], limit: int) -> list[bytes]:
     """Validate and encode ``messages`` into entry payloads (in a worker thread when
     there are many)."""
-    return encode_payloads([_check_message(m, limit) for m in messages], now_ms())
+    try:
+        checked = [_check_message(m, limit) for m in messages]
+    except (InvalidArgumentError, TooLargeError) as exc:
+        raise _naming_message(exc, messages, limit) from None
+    return encode_payloads(checked, now_ms())
+
+
+def _naming_message(
+    exc: InvalidArgumentError | TooLargeError, messages: Sequence[OutgoingMessage], limit: int
+) -> InvalidArgumentError | TooLargeError:
+    """``exc`` (the first refusal in order), saying which message of several it is about."""
+    if len(messages) < 2:
+        return exc
+    for index, message in enumerate(messages):
+        try:
+            _check_message(message, limit)
+        except (InvalidArgumentError, TooLargeError) as first:
+            return type(first)(f"message {index}: {first}")
+    return exc
 
 
 def _value_payloads(values: Sequence[Any], limit: int) -> list[bytes]:
     """:func:`_payloads` of bare values (no key, no properties), with no message object,
-    tuple or Python call per value: each is packed and joined to the common head by C
-    calls."""
-    try:
-        packed = list(map(value_packer(), values))  # this thread's packer, mapped in C
-    except PACK_ERRORS:
-        # say the first error in order, too-large ones included
+    tuple or Python call per value: each is screened and packed, and joined to the
+    common head, by C calls."""
+    packed = pack_values(values)
+    if packed is None:  # a value refused: say the first error in order, too-large ones included
         return _payloads([OutgoingMessage(v) for v in values], limit)
     if max(map(len, packed)) > limit:
-        size = next(size for size in map(len, packed) if size > limit)
-        raise TooLargeError(f"message value of {size} bytes exceeds the {limit}-byte limit")
+        return _payloads([OutgoingMessage(v) for v in values], limit)
     return encode_value_payloads(packed, now_ms())
 
 
@@ -79,15 +95,26 @@ def _check_message(
 def encode_message(
     value: Any, key: str | None, properties: dict[str, str] | None, limit: int
 ) -> tuple[str | None, bytes, dict[str, str]]:
-    """Validate one message and pack its value: ``(key, packed value, properties)``."""
-    if key is None and not properties and (properties is None or type(properties) is dict):
-        packed = encode_value(value)  # the common message: a value alone
-    else:
+    """Validate one message (its value against :mod:`the value model <._values>`) and
+    pack its value: ``(key, packed value, properties)``."""
+    if key is not None or properties or (properties is not None and type(properties) is not dict):
         key, properties = _checked_head(key, properties)
-        packed = encode_value(value)
+    packed = pack_value(value)
     if len(packed) > limit:
         raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
     return key, packed, properties or {}
+
+
+def encode_stored_message(
+    value: Any, key: str | None, properties: dict[str, str], limit: int
+) -> tuple[str | None, bytes, dict[str, str]]:
+    """:func:`encode_message` of a value read back from the log (a dead letter moved on):
+    packed as it is stored, a value stored before the value model held included."""
+    key, properties = _checked_head(key, properties)
+    packed = encode_value(value)
+    if len(packed) > limit:
+        raise TooLargeError(f"message value of {len(packed)} bytes exceeds the {limit}-byte limit")
+    return key, packed, properties
 
 
 def _checked_head(
@@ -505,11 +532,13 @@ class Producing(EngineCore):
         if isinstance(items, str | bytes | dict) or not isinstance(items, Sequence) or not items:
             raise InvalidArgumentError("items must be a non-empty list of (topic, value) pairs")
         groups: dict[str, list[tuple[int, OutgoingMessage]]] = {}
+        ordered: list[OutgoingMessage] = []  # the messages in item order, for errors
         for index, item in enumerate(items):
             if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str):
                 raise InvalidArgumentError(f"item {index} is not a (topic, value) pair")
             name, value = item
             message = value if isinstance(value, OutgoingMessage) else OutgoingMessage(value)
+            ordered.append(message)
             if name in self._rt.partitioned:  # to the partition its key picks
                 key = message.key if isinstance(message.key, str) else None
                 name = partition_name(name, self._route(name, [key])[0])
@@ -517,7 +546,12 @@ class Producing(EngineCore):
         for name in groups:
             self._topic(name)  # every topic exists before anything is encoded
         limit = self.config.max_message_bytes
-        encoded = {t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()}
+        try:
+            encoded = {
+                t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()
+            }
+        except (InvalidArgumentError, TooLargeError) as exc:
+            raise _naming_message(exc, ordered, limit) from None
         for group in groups.values():
             _delivery_times([m for _, m in group])
         store = self._rt.store
@@ -607,10 +641,12 @@ class FastTxnSend:
         now = time_ns() // 1_000_000  # now_ms(), without its call
         if now >= record.deadline_ms:
             return None  # (the full path raises and wakes the timeout task)
+        if not fits(value):
+            return None  # the full path raises InvalidArgumentError, nothing done yet
         try:
             packed = self._pack(value)
         except PACK_ERRORS:
-            return None  # the full path raises InvalidArgumentError, nothing done yet
+            return None  # (an int out of range, a lone surrogate: as above)
         if len(packed) > self._limit:
             return None
         if now != self._head_ms:

@@ -23,6 +23,7 @@ import weakref
 import zlib
 from itertools import repeat, starmap
 from operator import add, itemgetter
+from typing import Final
 
 from txnstream.ledger import (
     ClosedError,
@@ -54,7 +55,20 @@ _KEY_SHARED_LOOKAHEAD = 2000
 _ORDERED = (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)  # one consumer at a time
 
 
-_TXN = itemgetter(3)  # a stored row's txn seq
+# The fields of a stored Row, ``(ledger_id, entry_id, kind, txn seq or None, payload)``:
+# rows stay the store's own tuples on the delivery path (no object per row), read by name.
+_LEDGER_ID: Final = 0
+_ENTRY_ID: Final = 1
+_KIND: Final = 2
+_TXN_SEQ: Final = 3
+_PAYLOAD: Final = 4
+_TXN = itemgetter(_TXN_SEQ)
+
+
+def _row_at(row: Row) -> Position:
+    """A stored row's position."""
+    return Position(row[_LEDGER_ID], row[_ENTRY_ID])
+
 
 STEP_MESSAGES = 4000
 """Messages that deliveries together make in one event-loop step before the next one
@@ -106,6 +120,36 @@ def _step_budget() -> _StepBudget:
     if budget is None:
         budget = _budgets[loop] = _StepBudget()
     return budget
+
+
+class _ByteBudget:
+    """How many more stored bytes one delivery may hand out (no limit: None).
+
+    The first message always fits; once one does not, the budget is spent, so nothing
+    after it goes out of order."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, max_bytes: int | None) -> None:
+        self.left = max_bytes
+
+    @property
+    def limited(self) -> bool:
+        return self.left is not None
+
+    @property
+    def spent(self) -> bool:
+        return self.left == 0
+
+    def fits(self, entry: Entry, *, first: bool) -> bool:
+        """Room for ``entry`` (``first``: nothing was taken yet); takes its bytes if so."""
+        if self.left is None:
+            return True
+        if not first and entry.size > self.left:
+            self.left = 0  # full: what follows waits too, so order holds
+            return False
+        self.left = max(0, self.left - entry.size)
+        return True
 
 
 class Subscription(SubscriptionState):
@@ -303,74 +347,81 @@ class Subscription(SubscriptionState):
     async def _collect_into(
         self, out: list[Message], consumer: str, max_messages: int, max_bytes: int | None
     ) -> None:
+        """Fill ``out`` for ``consumer``: positions waiting for replay first, then entries
+        read from ``read_position`` on (the path depends on the subscription)."""
         if consumer not in self.consumers:
             return  # detached (closed) while waiting
-        ordered = self.type in _ORDERED
-        if ordered and next(iter(self.consumers), None) != consumer:
+        if self.type in _ORDERED and next(iter(self.consumers), None) != consumer:
             return  # only the exclusive or active failover consumer receives
         if self.type is SubscriptionType.KEY_SHARED:
-            live = {key_position(k) for k in self._pending} | set(self._replay)
-            self._keys = {p: k for p, k in self._keys.items() if p in live}
-            self._key_holders = {
-                self._keys.get(key_position(p)): c for p, c in self._pending.items()
-            }
-            self._held_keys = {self._keys.get(p) for p in self._replay}
-        budget = [max_bytes if max_bytes is not None else -1]  # -1: no byte budget
-
-        def fits(entry: Entry) -> bool:
-            """Room for ``entry`` in the response (the first one always fits)."""
-            if budget[0] < 0:
-                return True
-            if out and entry.size > budget[0]:
-                budget[0] = 0  # full: what follows waits too, so order holds
-                return False
-            budget[0] = max(0, budget[0] - entry.size)
-            return True
-
-        ledger = self.topic.ledger
-        cursor = self.cursor
+            self._prune_key_state()
+        budget = _ByteBudget(max_bytes)
         if self._replay:
-            candidates = self._replay_candidates(consumer, max_messages)
-            if candidates:
-                entries = await ledger.read_positions(candidates)
-                found = {e.position for e in entries}
-                for position in candidates:
-                    if position not in found:  # trimmed by retention
-                        self._replay.discard(position)
-                for entry in entries:
-                    position = entry.position
-                    if cursor.is_acked(position) or self._skip(entry):
-                        self._replay.discard(position)
-                        continue
-                    self._keys[position] = entry.key
-                    if (
-                        len(out) < max_messages
-                        and self._target(entry, consumer) == consumer
-                        and fits(entry)
-                    ):
-                        self._replay.discard(position)
-                        out.append(self._deliver(entry, consumer))
+            await self._deliver_replay(out, consumer, max_messages, budget)
         if self.type is SubscriptionType.KEY_SHARED:
             self._held_keys = {self._keys.get(p) for p in self._replay}
-        scanned = 0
+        await self._deliver_new(out, consumer, max_messages, budget)
+
+    def _prune_key_state(self) -> None:
+        """key_shared: forget the keys of positions no longer pending or waiting, and
+        recompute which consumer holds each key and which keys replay holds back."""
+        live = {key_position(k) for k in self._pending} | set(self._replay)
+        self._keys = {p: k for p, k in self._keys.items() if p in live}
+        self._key_holders = {self._keys.get(key_position(p)): c for p, c in self._pending.items()}
+        self._held_keys = {self._keys.get(p) for p in self._replay}
+
+    async def _deliver_replay(
+        self, out: list[Message], consumer: str, max_messages: int, budget: _ByteBudget
+    ) -> None:
+        """The first read path: positions waiting for replay (nacked, released or held
+        back), re-read by position and delivered first."""
+        candidates = self._replay_candidates(consumer, max_messages)
+        if not candidates:
+            return
+        entries = await self.topic.ledger.read_positions(candidates)
+        found = {e.position for e in entries}
+        for position in candidates:
+            if position not in found:  # trimmed by retention
+                self._replay.discard(position)
+        cursor = self.cursor
+        for entry in entries:
+            position = entry.position
+            if cursor.is_acked(position) or self._skip(entry):
+                self._replay.discard(position)
+                continue
+            self._keys[position] = entry.key
+            if (
+                len(out) < max_messages
+                and self._target(entry, consumer) == consumer
+                and budget.fits(entry, first=not out)
+            ):
+                self._replay.discard(position)
+                out.append(self._deliver(entry, consumer))
+
+    async def _deliver_new(
+        self, out: list[Message], consumer: str, max_messages: int, budget: _ByteBudget
+    ) -> None:
+        """Read on from ``read_position`` up to the read limit and deliver what is due,
+        until ``out`` or the byte budget is full or nothing more is readable.
+
+        The second read path: an ordered subscription without a byte budget reads raw
+        rows (:meth:`_read_rows`) and delivers them in one pass (:meth:`_deliver_rows`)
+        when it can. The third: the others read entries (and rows that need the
+        per-entry rules are decoded into entries), delivered one by one
+        (:meth:`_deliver_entries`)."""
+        ordered = self.type in _ORDERED
+        scanned = 0  # key_shared: entries looked at, held back ones included
         step = _step_budget()
-        while len(out) < max_messages and budget[0] != 0:
+        while len(out) < max_messages and not budget.spent:
             limit = self.read_limit
             if limit is None or self.read_position > limit:
                 break
             remaining = max_messages - len(out)
             seeks = self._seeks
             rows: list[Row] | None = None
-            if ordered and budget[0] < 0:
-                # Read a little more than is missing (markers and aborted entries are
-                # skipped); what lies past the last delivered message stays unread.
-                rows = self._take_leftover(limit)
-                if rows is None:
-                    rows = await self._take_prefetch(limit)
-                if rows is None:
-                    ahead = int(remaining * self._skip_ratio * 1.25) + 32  # a read costs more
-                    self._read_size = min(remaining + ahead, _MAX_ROWS)
-                    rows = await ledger.read_rows(self.read_position, limit, self._read_size)
+            entries: list[Entry] = []
+            if ordered and not budget.limited:
+                rows = await self._read_rows(limit, remaining)
                 if rows is not None and not rows:
                     break
             if rows is None:
@@ -379,10 +430,10 @@ class Subscription(SubscriptionState):
                         break
                     chunk = _READ_CHUNK
                 elif ordered:
-                    chunk = remaining  # unread ones stay unread (see below)
+                    chunk = remaining  # unread ones stay unread (see _deliver_entries)
                 else:
                     chunk = min(_READ_CHUNK, remaining)
-                entries = await ledger.read(self.read_position, limit, chunk)
+                entries = await self.topic.ledger.read(self.read_position, limit, chunk)
                 if not entries:
                     break
                 scanned += len(entries)
@@ -394,31 +445,63 @@ class Subscription(SubscriptionState):
                 if self._deliver_rows(rows, consumer, remaining, out):
                     step.spend(len(out) - made)
                     continue
-                entries = [decode_row(row) for row in rows]  # the general path below
-            for entry in entries:
-                position = entry.position
-                if ordered and len(out) >= max_messages:
-                    break  # read past the batch: leave the rest unread
-                self.read_position = Position(position.ledger_id, position.entry_id + 1)
-                if self._skip(entry):
-                    cursor.ack(position, ledger)
-                    continue
-                if cursor.is_acked(position) or self.withheld(position):
-                    continue
-                if self._txn_pending(position):
-                    self._hold(entry)  # deliverable again if that transaction aborts
-                    continue
-                held = self.type is SubscriptionType.KEY_SHARED and entry.key in self._held_keys
-                if (
-                    not held
-                    and len(out) < max_messages
-                    and self._target(entry, consumer) == consumer
-                    and fits(entry)
-                ):
-                    out.append(self._deliver(entry, consumer))
-                else:
-                    self._hold(entry)  # beyond the budget too: first in line next time
+                entries = [decode_row(row) for row in rows]  # the per-entry rules
+            self._deliver_entries(entries, out, consumer, max_messages, budget)
             step.spend(len(out) - made)
+
+    async def _read_rows(self, limit: Position, remaining: int) -> list[Row] | None:
+        """An ordered subscription's next raw rows: what the last delivery read past its
+        batch, else the prefetched range, else a read of a little more than is missing
+        (markers and aborted entries are skipped); what lies past the last delivered
+        message stays unread. None when a ledger switched tiers meanwhile (read entries
+        then)."""
+        rows = self._take_leftover(limit)
+        if rows is None:
+            rows = await self._take_prefetch(limit)
+        if rows is None:
+            ahead = int(remaining * self._skip_ratio * 1.25) + 32  # a read costs more
+            self._read_size = min(remaining + ahead, _MAX_ROWS)
+            rows = await self.topic.ledger.read_rows(self.read_position, limit, self._read_size)
+        return rows
+
+    def _deliver_entries(
+        self,
+        entries: list[Entry],
+        out: list[Message],
+        consumer: str,
+        max_messages: int,
+        budget: _ByteBudget,
+    ) -> None:
+        """Entries just read, in order, each by the rules: markers and aborted data are
+        acknowledged, entries held by a transactional ack or due to another consumer
+        (or beyond the byte budget) wait for replay, the rest go into ``out``."""
+        ordered = self.type in _ORDERED
+        key_shared = self.type is SubscriptionType.KEY_SHARED
+        cursor = self.cursor
+        ledger = self.topic.ledger
+        for entry in entries:
+            position = entry.position
+            if ordered and len(out) >= max_messages:
+                break  # read past the batch: leave the rest unread
+            self.read_position = Position(position.ledger_id, position.entry_id + 1)
+            if self._skip(entry):
+                cursor.ack(position, ledger)
+                continue
+            if cursor.is_acked(position) or self.withheld(position):
+                continue
+            if self._txn_pending(position):
+                self._hold(entry)  # deliverable again if that transaction aborts
+                continue
+            held = key_shared and entry.key in self._held_keys
+            if (
+                not held
+                and len(out) < max_messages
+                and self._target(entry, consumer) == consumer
+                and budget.fits(entry, first=not out)
+            ):
+                out.append(self._deliver(entry, consumer))
+            else:
+                self._hold(entry)  # beyond the budget too: first in line next time
 
     def prefetch_next(self) -> None:
         """Start reading the range the next delivery will read, now: for a caller about to
@@ -444,8 +527,8 @@ class Subscription(SubscriptionState):
         limit = self.read_limit
         start = self.read_position
         if self._leftover:  # already read past the last delivery: read on after those rows
-            last = self._leftover[-1]
-            start = Position(last[0], last[1] + 1)
+            last = _row_at(self._leftover[-1])
+            start = Position(last.ledger_id, last.entry_id + 1)
         if limit is None or start > limit:
             return
         task = asyncio.get_running_loop().create_task(
@@ -467,7 +550,7 @@ class Subscription(SubscriptionState):
             rows = await pending[1]
         except Exception:  # noqa: BLE001 - the caller reads again: that read says what fails
             return None
-        if rows and rows[-1][:2] > limit:
+        if rows and _row_at(rows[-1]) > limit:
             return None
         return rows
 
@@ -477,8 +560,8 @@ class Subscription(SubscriptionState):
         whether each is acknowledged, aborted or held is decided afresh as for rows just
         read)."""
         rows, self._leftover = self._leftover, []
-        if not rows or rows[0][:2] != self.read_position or rows[-1][:2] > limit:
-            return None  # (a Position is a (ledger_id, entry_id) tuple)
+        if not rows or _row_at(rows[0]) != self.read_position or _row_at(rows[-1]) > limit:
+            return None
         return rows
 
     def _deliver_rows(
@@ -490,21 +573,23 @@ class Subscription(SubscriptionState):
         per-entry rules (acknowledged already, or held by a transactional ack)."""
         if self._txn_acks or self._txn_cumulative or self.dead_letters:
             return False
-        first = rows[0]
+        first = _row_at(rows[0])
         cursor = self.cursor
         md = cursor.mark_delete
-        if md is not None and (md.ledger_id, md.entry_id) >= (first[0], first[1]):
+        if md is not None and md >= first:
             return False
-        if cursor.acked:
-            top = cursor.acked[-1]
-            if (top.ledger_id, top.entry_id) >= (first[0], first[1]):
-                return False
+        if cursor.acked and cursor.acked[-1] >= first:
+            return False
         aborted = (
             self.topic.buffer.aborted_seqs
             if self.isolation is Isolation.READ_COMMITTED
             else _NOTHING
         )
-        keep = [r for r in rows if not r[2] and (r[3] is None or r[3] not in aborted)]
+        keep = [
+            row
+            for row in rows
+            if not row[_KIND] and (row[_TXN_SEQ] is None or row[_TXN_SEQ] not in aborted)
+        ]
         if len(keep) > remaining:
             keep = keep[:remaining]
             cut = rows.index(keep[-1]) + 1  # nothing past the last delivered
@@ -515,26 +600,24 @@ class Subscription(SubscriptionState):
             # cumulative ack covers them; see _settle_skipped).
             self._skipped.extend(
                 [
-                    (r[0] << 64) | r[1]
-                    for r in rows
-                    if r[2] or (r[3] is not None and r[3] in aborted)
+                    (ledger_id << 64) | entry_id
+                    for ledger_id, entry_id, kind, txn_seq, _ in rows
+                    if kind or (txn_seq is not None and txn_seq in aborted)
                 ]
             )
         if keep:  # the share of skipped rows among those processed (not the leftover)
             skipped_share = (len(rows) - len(keep)) / len(keep)
             self._skip_ratio = 0.5 * self._skip_ratio + 0.5 * min(skipped_share, 4.0)
-        last = rows[-1]
-        self.read_position = Position(last[0], last[1] + 1)
+        last = _row_at(rows[-1])
+        self.read_position = Position(last.ledger_id, last.entry_id + 1)
         if not keep:
             return True
         # A message wraps body + (position key, txn seq, count) (see Message), all made
         # by C calls: ``add`` joins the tuples, ``Message`` is a msgspec struct.
-        bodies = decode_payloads([r[4] for r in keep])
-        keys = [(r[0] << 64) | r[1] for r in keep]
+        bodies = decode_payloads([row[_PAYLOAD] for row in keep])
+        keys = [(ledger_id << 64) | entry_id for ledger_id, entry_id, _, _, _ in keep]
         redelivery = self._redelivery
-        counts = (
-            [redelivery.get(Position(r[0], r[1]), 0) for r in keep] if redelivery else repeat(0)
-        )
+        counts = [redelivery.get(_row_at(row), 0) for row in keep] if redelivery else repeat(0)
         tails = zip(keys, map(_TXN, keep), counts, strict=False)  # counts may repeat
         out.extend(starmap(Message, map(add, bodies, tails)))
         self._pending.update(zip(keys, repeat(consumer), strict=False))
@@ -591,6 +674,7 @@ class Subscription(SubscriptionState):
         if self._leftover:
             assert self.type in _ORDERED
             assert all(
-                a[:2] < b[:2] for a, b in zip(self._leftover, self._leftover[1:], strict=False)
+                _row_at(a) < _row_at(b)
+                for a, b in zip(self._leftover, self._leftover[1:], strict=False)
             )
         assert self._prefetch is None or self.type in _ORDERED

@@ -328,76 +328,88 @@ def _parse_from(text: str) -> str:
     return parse_position(text, option="--from", names=("earliest", "latest"))
 
 
+SubArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="SUB", help="Subscription (created if missing); leave it out with --from."
+    ),
+]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        "-o",
+        metavar="L:E|earliest|latest|-N|@TIME",
+        help="Read TOPIC without a subscription (range fetches; nothing is acknowledged)"
+        " from: earliest, latest, a position L:E, -N (the last N messages) or @TIME (the"
+        " first message published at or after TIME: ISO 8601, UTC unless it says, or"
+        " milliseconds since the epoch).",
+    ),
+]
+TypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--type",
+        metavar="TYPE",
+        help="exclusive, failover, shared or key_shared [default: the subscription's "
+        "own, or exclusive for a new one].",
+    ),
+]
+IsolationOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="LEVEL",
+        help="read_committed or read_uncommitted [default: the subscription's own, "
+        "else read_committed].",
+    ),
+]
+InitialPositionOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="WHERE", help="Where a new subscription starts: earliest (default) or latest."
+    ),
+]
+ConsumerOption = Annotated[str, typer.Option(metavar="NAME", help="Consumer name.")]
+MaxOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max",
+        min=1,
+        metavar="N",
+        help="Stop after this many messages [default: all up to the end; --follow: no end].",
+    ),
+]
+ExitAtEndOption = Annotated[
+    bool,
+    typer.Option(
+        "--exit-at-end",
+        "-e",
+        help="Exit at the end at once (as kcat -e), without waiting --wait-ms for a first message.",
+    ),
+]
+WaitOption = Annotated[
+    int,
+    typer.Option(min=0, max=30_000, metavar="MS", help="Wait this long for the first message."),
+]
+FollowOption = Annotated[
+    bool, typer.Option("--follow", "-f", help="Keep reading; reconnect if the server goes.")
+]
+NoAckOption = Annotated[bool, typer.Option("--no-ack", help="Do not acknowledge.")]
+
+
 def consume(
     topic: TopicArg,
-    sub: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="SUB", help="Subscription (created if missing); leave it out with --from."
-        ),
-    ] = None,
-    start: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            "-o",
-            metavar="L:E|earliest|latest|-N|@TIME",
-            help="Read TOPIC without a subscription (range fetches; nothing is acknowledged)"
-            " from: earliest, latest, a position L:E, -N (the last N messages) or @TIME (the"
-            " first message published at or after TIME: ISO 8601, UTC unless it says, or"
-            " milliseconds since the epoch).",
-        ),
-    ] = None,
-    sub_type: Annotated[
-        str | None,
-        typer.Option(
-            "--type",
-            metavar="TYPE",
-            help="exclusive, failover, shared or key_shared [default: the subscription's "
-            "own, or exclusive for a new one].",
-        ),
-    ] = None,
-    isolation: Annotated[
-        str | None,
-        typer.Option(
-            metavar="LEVEL",
-            help="read_committed or read_uncommitted [default: the subscription's own, "
-            "else read_committed].",
-        ),
-    ] = None,
-    initial_position: Annotated[
-        str | None,
-        typer.Option(
-            metavar="WHERE", help="Where a new subscription starts: earliest (default) or latest."
-        ),
-    ] = None,
-    consumer: Annotated[str, typer.Option(metavar="NAME", help="Consumer name.")] = "default",
-    max_messages: Annotated[
-        int | None,
-        typer.Option(
-            "--max",
-            min=1,
-            metavar="N",
-            help="Stop after this many messages [default: all up to the end; --follow: no end].",
-        ),
-    ] = None,
-    exit_at_end: Annotated[
-        bool,
-        typer.Option(
-            "--exit-at-end",
-            "-e",
-            help="Exit at the end at once (as kcat -e), without waiting --wait-ms for a"
-            " first message.",
-        ),
-    ] = False,
-    wait_ms: Annotated[
-        int,
-        typer.Option(min=0, max=30_000, metavar="MS", help="Wait this long for the first message."),
-    ] = 1000,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep reading; reconnect if the server goes.")
-    ] = False,
-    no_ack: Annotated[bool, typer.Option("--no-ack", help="Do not acknowledge.")] = False,
+    sub: SubArg = None,
+    start: FromOption = None,
+    sub_type: TypeOption = None,
+    isolation: IsolationOption = None,
+    initial_position: InitialPositionOption = None,
+    consumer: ConsumerOption = "default",
+    max_messages: MaxOption = None,
+    exit_at_end: ExitAtEndOption = False,
+    wait_ms: WaitOption = 1000,
+    follow: FollowOption = False,
+    no_ack: NoAckOption = False,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -417,27 +429,35 @@ def consume(
         wait_ms = 0
     if start is not None:
         start = _parse_from(start)
-        given = [
-            name
-            for name, value in (
-                ("--type", sub_type),
-                ("--initial-position", initial_position),
-                ("--no-ack", no_ack or None),
-                ("--consumer", None if consumer == "default" else consumer),
-            )
-            if value is not None
-        ]
-        if given:
-            usage(f"{', '.join(given)} need a subscription (--from reads without one)")
+        _check_no_subscription_flags(sub_type, initial_position, no_ack, consumer)
     printer = Printer.of(topic, as_json, fmt, header=not no_header)
-    limit = max_messages
     with connect(url, token) as client:
         if start is not None:
-            reader = _Reader(client, topic, printer, limit, follow, isolation or ISOLATIONS[0])
+            reader = _Reader(
+                client, topic, printer, max_messages, follow, isolation or ISOLATIONS[0]
+            )
             _from_position(reader, start, wait_ms)
         elif sub is not None:
             sub_isolation = _subscription_settings(
                 client, topic, sub, sub_type, isolation, initial_position
             )
-            reader = _Reader(client, topic, printer, limit, follow, sub_isolation)
+            reader = _Reader(client, topic, printer, max_messages, follow, sub_isolation)
             _from_subscription(reader, sub, consumer, wait_ms, no_ack)
+
+
+def _check_no_subscription_flags(
+    sub_type: str | None, initial_position: str | None, no_ack: bool, consumer: str
+) -> None:
+    """A usage error for subscription options given with --from (no subscription)."""
+    given = [
+        name
+        for name, value in (
+            ("--type", sub_type),
+            ("--initial-position", initial_position),
+            ("--no-ack", no_ack or None),
+            ("--consumer", None if consumer == "default" else consumer),
+        )
+        if value is not None
+    ]
+    if given:
+        usage(f"{', '.join(given)} need a subscription (--from reads without one)")

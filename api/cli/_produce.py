@@ -114,63 +114,76 @@ def _open_input(file: Path | None) -> BinaryIO:
         usage(f"cannot read {file}: {exc.strerror or exc}")
 
 
+ValuesArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="VALUES",
+        help="Values (JSON if they parse, else strings); default: lines of stdin or --file.",
+    ),
+]
+TxnOption = Annotated[str | None, typer.Option(metavar="TXN", help="Send inside this transaction.")]
+KeyOption = Annotated[
+    str | None, typer.Option("--key", "-k", metavar="KEY", help="Key of every message.")
+]
+KeySeparatorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key-separator",
+        "-K",
+        metavar="SEP",
+        help="Each line is KEY SEP VALUE (split at the first SEP; a line without SEP has no key).",
+    ),
+]
+PropertyOption = Annotated[
+    list[str] | None,
+    typer.Option("--property", "-p", metavar="NAME=VALUE", help="A property (repeatable)."),
+]
+FileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--file", metavar="FILE", help="Read the lines (or with --binary, the bytes) from FILE."
+    ),
+]
+BinaryOption = Annotated[
+    bool,
+    typer.Option("--binary", help="Send the whole input (stdin or --file) as one raw value."),
+]
+RawOption = Annotated[
+    bool, typer.Option("--raw", help="Send values as text: do not parse them as JSON.")
+]
+ProducerOption = Annotated[
+    str | None, typer.Option(metavar="NAME", help="Idempotent producer name (with --sequence).")
+]
+SequenceOption = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        metavar="N",
+        help="Sequence number of the first message (with --producer); counts up.",
+    ),
+]
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(min=1, max=10_000, metavar="N", help="At most this many lines per request."),
+]
+
+Wire = dict[str, Any]
+"""A message as the client sends it (see ``txnstream.api.client.wire_message``)."""
+
+
 def produce(
     topic: TopicArg,
-    values: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="VALUES",
-            help="Values (JSON if they parse, else strings); default: lines of stdin or --file.",
-        ),
-    ] = None,
-    txn: Annotated[
-        str | None, typer.Option(metavar="TXN", help="Send inside this transaction.")
-    ] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", "-k", metavar="KEY", help="Key of every message.")
-    ] = None,
-    key_separator: Annotated[
-        str | None,
-        typer.Option(
-            "--key-separator",
-            "-K",
-            metavar="SEP",
-            help="Each line is KEY SEP VALUE (split at the first SEP; a line without SEP "
-            "has no key).",
-        ),
-    ] = None,
-    prop: Annotated[
-        list[str] | None,
-        typer.Option("--property", "-p", metavar="NAME=VALUE", help="A property (repeatable)."),
-    ] = None,
-    file: Annotated[
-        Path | None,
-        typer.Option(
-            "--file", metavar="FILE", help="Read the lines (or with --binary, the bytes) from FILE."
-        ),
-    ] = None,
-    binary: Annotated[
-        bool,
-        typer.Option("--binary", help="Send the whole input (stdin or --file) as one raw value."),
-    ] = False,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="Send values as text: do not parse them as JSON.")
-    ] = False,
-    producer: Annotated[
-        str | None, typer.Option(metavar="NAME", help="Idempotent producer name (with --sequence).")
-    ] = None,
-    sequence: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            metavar="N",
-            help="Sequence number of the first message (with --producer); counts up.",
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(min=1, max=10_000, metavar="N", help="At most this many lines per request."),
-    ] = 100,
+    values: ValuesArg = None,
+    txn: TxnOption = None,
+    key: KeyOption = None,
+    key_separator: KeySeparatorOption = None,
+    prop: PropertyOption = None,
+    file: FileOption = None,
+    binary: BinaryOption = False,
+    raw: RawOption = False,
+    producer: ProducerOption = None,
+    sequence: SequenceOption = None,
+    batch_size: BatchSizeOption = 100,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
@@ -183,6 +196,43 @@ def produce(
     Every request is appended atomically; with --producer/--sequence a repeated batch is
     stored once.
     """
+    _check_flags(values, key, key_separator, file, binary, producer, sequence)
+    printer = Printer.of(topic, as_json, fmt)
+    properties = _properties(prop or [])
+    if key is not None:
+        _check_text(key)
+    from txnstream.api.client import wire_message  # with httpx: only commands that talk
+
+    def message(value: Any, message_key: str | None) -> Wire:
+        return wire_message(value, key=message_key, properties=properties)
+
+    batches: Iterable[list[Wire]]
+    if values:
+        texts = [_check_text(v) for v in values]
+        batches = [[message(_parse_value(t, raw), key) for t in texts]]
+    elif binary:
+        with _open_input(file) as stream:
+            batches = [[message(stream.read(), key)]]
+    else:
+        batches = _line_batches(_open_input(file), batch_size, key, key_separator, raw, message)
+    with connect(url, token) as client:
+        for batch in batches:
+            data = client.produce(topic, batch, txn=txn, producer=producer, sequence=sequence)
+            if sequence is not None:
+                sequence += len(batch)
+            _print_positions(batch, data, txn, printer, as_json, fmt)
+
+
+def _check_flags(
+    values: list[str] | None,
+    key: str | None,
+    key_separator: str | None,
+    file: Path | None,
+    binary: bool,
+    producer: str | None,
+    sequence: int | None,
+) -> None:
+    """A usage error for options that do not go together."""
     if (producer is None) != (sequence is None):
         usage("--producer and --sequence go together")
     if key is not None and key_separator is not None:
@@ -193,40 +243,27 @@ def produce(
         usage("give VALUES, or --file/--binary, not both")
     if binary and key_separator is not None:
         usage("--binary sends one raw value: -K does not apply")
-    printer = Printer.of(topic, as_json, fmt)
-    properties = _properties(prop or [])
-    if key is not None:
-        _check_text(key)
-    from txnstream.api.client import wire_message  # with httpx: only commands that talk
 
-    def message(value: Any, message_key: str | None) -> dict[str, Any]:
-        return wire_message(value, key=message_key, properties=properties)
 
-    batches: Iterable[list[dict[str, Any]]]
-    if values:
-        texts = [_check_text(v) for v in values]
-        batches = [[message(_parse_value(t, raw), key) for t in texts]]
-    elif binary:
-        with _open_input(file) as stream:
-            batches = [[message(stream.read(), key)]]
-    else:
-        batches = _line_batches(_open_input(file), batch_size, key, key_separator, raw, message)
-
-    with connect(url, token) as client:
-        for batch in batches:
-            data = client.produce(topic, batch, txn=txn, producer=producer, sequence=sequence)
-            if sequence is not None:
-                sequence += len(batch)
-            duplicate = bool(data.get("duplicate"))
-            if duplicate:
-                note(f"duplicate: the server already had this batch of {len(batch)} (not stored)")
-            for item, position in zip(batch, data["positions"], strict=False):
-                if as_json:
-                    print_json({"position": position, "duplicate": duplicate})
-                elif fmt is None:
-                    typer.echo(position)
-                else:
-                    printer.show({"position": position, "txn": txn, **item})
+def _print_positions(
+    batch: list[Wire],
+    data: dict[str, Any],
+    txn: str | None,
+    printer: Printer,
+    as_json: bool,
+    fmt: str | None,
+) -> None:
+    """One line per message of a produced ``batch`` (``data``: the server's answer)."""
+    duplicate = bool(data.get("duplicate"))
+    if duplicate:
+        note(f"duplicate: the server already had this batch of {len(batch)} (not stored)")
+    for item, position in zip(batch, data["positions"], strict=False):
+        if as_json:
+            print_json({"position": position, "duplicate": duplicate})
+        elif fmt is None:
+            typer.echo(position)
+        else:
+            printer.show({"position": position, "txn": txn, **item})
 
 
 def _line_batches(
@@ -235,10 +272,10 @@ def _line_batches(
     key: str | None,
     separator: str | None,
     raw: bool,
-    message: Callable[[Any, str | None], dict[str, Any]],
-) -> Iterator[list[dict[str, Any]]]:
+    message: Callable[[Any, str | None], Wire],
+) -> Iterator[list[Wire]]:
     """Batches of messages from the lines of ``stream``, cut at ``size`` or when idle."""
-    batch: list[dict[str, Any]] = []
+    batch: list[Wire] = []
     with stream:
         for line in _lines(stream):
             if line is not _IDLE:

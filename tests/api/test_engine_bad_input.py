@@ -164,7 +164,7 @@ async def test_value_over_the_size_limit_is_too_large_and_nothing_stored(
         with pytest.raises(TooLargeError):
             await engine.send_many("t", ["small", "y" * 5000])
         with pytest.raises(TooLargeError):
-            await txn.send("t", {"blob": b"z" * 4096})
+            await txn.send("t", {"blob": "z" * 4096})
 
         assert await engine.stats("t") == before
         assert (await engine.get_transaction(txn.id)).state == "open"

@@ -21,7 +21,7 @@ from txnstream.ledger import OffloadStore
 pytestmark = pytest.mark.timeout(120)
 
 LEDGER = 8
-VALUES: list[Any] = [b"raw", "text", None, {"a": [1, 2.5, True]}, {1: "int key"}, [b"in"], 7]
+VALUES: list[Any] = [b"raw", "text", None, {"a": [1, 2.5, True]}, {"1": "é"}, [-0.5, "in"], 7]
 
 
 def config(url: str | None, **extra: Any) -> EngineConfig:

@@ -48,7 +48,7 @@ async def test_send_and_send_many_return_durable_positions_in_order(engine: Engi
 
 async def test_bytes_stay_bytes_and_str_stays_str(engine: Engine) -> None:
     await make_topics(engine, "raw")
-    sent = [b"\x00\x01binary", "text", {"b": b"x", "s": "x"}, [b"1", "1", 1], None, ""]
+    sent = [b"\x00\x01binary", "text", {"s": "x"}, ["1", 1], None, "", bytearray(b"ba")]
     for value in sent:
         await engine.send("raw", value)
     async with engine.transaction() as txn:
@@ -57,13 +57,12 @@ async def test_bytes_stay_bytes_and_str_stays_str(engine: Engine) -> None:
 
     got = values(await drain(await engine.subscribe("raw", "s")))
 
-    expected = [*sent, b"in-txn bytes", "in-txn str", b"in-txn raw"]
+    expected = [*sent[:-1], b"ba", b"in-txn bytes", "in-txn str", b"in-txn raw"]
     assert got == expected
     for value, want in zip(got, expected, strict=True):
         assert type(value) is type(want)
-    assert type(got[2]["b"]) is bytes
     assert type(got[2]["s"]) is str
-    assert [type(v) for v in got[3]] == [bytes, str, int]
+    assert [type(v) for v in got[3]] == [str, int]
 
 
 async def test_transaction_context_manager_commits_on_normal_exit(engine: Engine) -> None:
