@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -88,10 +90,17 @@ def test_crash_drill_fails_over_between_two_servers_on_postgresql(
     """Two servers on one PostgreSQL store, the active killed -9 three times: a standby
     takes over each time, and across every failover nothing acknowledged is lost,
     nothing aborted is read, order holds and no transaction id is issued twice."""
-    # a password in the URL (trust authentication ignores it) must show nowhere
+    # It is the README's example, as printed but for the store's URL (with a password
+    # that trust authentication ignores: it must show nowhere) and a report to read.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index("`drill crash --store URL --servers N` runs")
+    found = re.search(r"```sh\nSTORE=\S+\n(.*?)\n```", readme[start:], re.S)
+    assert found is not None
     store = pg_url.replace("://txnstream@", "://txnstream:hunter2@")
     assert store != pg_url
-    _failover_drill(store, tmp_path, duration=12, kills=3, timeout=280)
+    command = shlex.split(found.group(1).replace('"$STORE"', shlex.quote(store)))
+    assert command[:3] == [".venv/bin/txnstream", "drill", "crash"]
+    _failover_drill(tmp_path, command[1:], kills=3, timeout=280)
 
 
 @pytest.mark.skipif(not LONG, reason="long run: set TXNSTREAM_LONG_DRILL=1")
@@ -99,17 +108,16 @@ def test_crash_drill_fails_over_between_two_servers_on_postgresql(
 def test_long_crash_drill_fails_over_between_three_servers_on_postgresql(
     pg_url: str, tmp_path: Path
 ) -> None:
-    _failover_drill(pg_url, tmp_path, duration=120, kills=12, timeout=1450, servers=3)
+    args = ["drill", "crash", "--store", pg_url, "--servers", "3", "--lease-timeout", "1"]
+    args += ["--duration", "120", "--kills", "12", "--seed", "5"]
+    _failover_drill(tmp_path, args, kills=12, timeout=1450, servers=3)
 
 
 def _failover_drill(
-    store: str, tmp_path: Path, *, duration: int, kills: int, timeout: int, servers: int = 2
+    tmp_path: Path, args: list[str], *, kills: int, timeout: int, servers: int = 2
 ) -> None:
     report = tmp_path / "report.json"
-    args = ["drill", "crash", "--store", store, "--servers", str(servers)]
-    args += ["--lease-timeout", f"{LEASE:g}", "--duration", str(duration)]
-    args += ["--kills", str(kills), "--seed", "5", "--report", str(report)]
-    proc, output, result = _run_drill(args, report, timeout)
+    proc, output, result = _run_drill([*args, "--report", str(report)], report, timeout)
     assert [c["name"] for c in result["checks"]] == list(CHECKS)
     failed = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
     assert not failed, (failed, output)
