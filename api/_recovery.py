@@ -70,6 +70,7 @@ async def load_topics(
             max_entries=config.ledger_max_entries,
             max_bytes=config.ledger_max_bytes,
             remote=remote,
+            wait=False,  # one flush for every topic's new ledger, below
         )
         buffer, state = await recover_topic(ledger)
         producers = {
@@ -100,6 +101,7 @@ async def load_topics(
                 group.create_task(loader())
     finally:
         store.end_recovery()
+    await store.flush()  # every topic's sealed and new ledgers, durable before serving
     # TaskGroup finishes in any order; keep topics in id order as before
     loaded.topics = dict(sorted(loaded.topics.items(), key=lambda kv: kv[1].topic_id))
     return loaded
