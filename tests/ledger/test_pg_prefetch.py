@@ -66,4 +66,4 @@ async def test_prefetched_recovery_reads_equal_the_databases_in_a_few_queries(
         assert len(queries) == prefetch_queries  # every answer came from memory
         assert await _reads(store, topic_ids) == expected  # once: then the database again
         assert len(queries) > prefetch_queries
-        store.end_recovery()
+        await store.end_recovery()
