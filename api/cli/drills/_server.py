@@ -49,6 +49,53 @@ def _free_port(avoid: set[int]) -> int:
     raise DrillError("no free loopback port")
 
 
+def _serve(
+    args: list[str], log_path: Path, note: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m txnstream serve ARGS`` in a session of its own, logging to ``log_path``
+    (after a ``--- note`` line), importing the same txnstream as this process."""
+    environment = {**os.environ, **(env or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_IMPORT_ROOT), environment.get("PYTHONPATH")) if p
+    )
+    command = [sys.executable, "-m", "txnstream", "serve", *args, "--log-level", "warning"]
+    with open(log_path, "ab") as log:
+        log.write(f"--- {note}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            command,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL ``proc`` if it runs, and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+
+async def _terminate(proc: subprocess.Popen[bytes] | None, timeout: float) -> int | None:
+    """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; the exit status (None when
+    it had to be killed or never started)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(proc.wait, timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            return None
+    return proc.returncode
+
+
 class DrillServers(Protocol):
     """What the workload asks of the server(s) it runs against."""
 
@@ -113,25 +160,11 @@ class ServerChild:
         history.restart_seconds.append(await self.start())
 
     def _spawn(self, port: int) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_IMPORT_ROOT), env.get("PYTHONPATH")) if p
-        )
-        args = [sys.executable, "-m", "txnstream", "serve", "--data", str(self.data)]
-        args += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        args = ["--data", str(self.data), "--host", "127.0.0.1", "--port", str(port)]
         if self.min_free_bytes is not None:
             args += ["--min-free-bytes", str(self.min_free_bytes)]
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.generation + 1} on port {port}\n".encode())
-            log.flush()
-            return subprocess.Popen(
-                args,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        note = f"start {self.generation + 1} on port {port}"
+        return _serve(args, self.log_path, note)
 
     async def start(self, timeout: float = 45.0) -> float:
         """Start the child and wait for ``/v1/health``; returns seconds taken."""
@@ -163,27 +196,12 @@ class ServerChild:
     def kill(self) -> None:
         """SIGKILL the child (marks the server down first) and reap it."""
         self.up.clear()
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        _kill(self.proc)
 
     async def stop(self, timeout: float = 40.0) -> int | None:
         """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; returns the exit status."""
         self.up.clear()
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(proc.wait, timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                return None
-        return proc.returncode
+        return await _terminate(self.proc, timeout)
 
     def pause(self) -> None:
         """SIGSTOP the child (every request waits; nothing fails)."""
@@ -218,26 +236,12 @@ class _Member:
         """A client of this server alone: its own health, 200 or 503 ``standby``."""
 
     def spawn(self, store: str, lease_timeout: float) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_IMPORT_ROOT), env.get("PYTHONPATH")) if p
-        )
-        env["TXNSTREAM_STORE"] = store  # not on the command line: it may hold a password
-        args = [sys.executable, "-m", "txnstream", "serve", "--host", "127.0.0.1"]
-        args += ["--port", str(self.port), "--advertise-url", self.url]
-        args += ["--lease-timeout", f"{lease_timeout:g}", "--log-level", "warning"]
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--advertise-url", self.url]
+        args += ["--lease-timeout", f"{lease_timeout:g}"]
         self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.starts} on port {self.port}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                args,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        note = f"start {self.starts} on port {self.port}"
+        # the store in the environment, not on the command line: it may hold a password
+        self.proc = _serve(args, self.log_path, note, {"TXNSTREAM_STORE": store})
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -265,25 +269,11 @@ class _Member:
         )
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
+        _kill(self.proc)
 
     async def stop(self, timeout: float) -> int | None:
         """SIGTERM, SIGKILL after ``timeout``; the exit status (None if it was killed)."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(proc.wait, timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                return None
-        return proc.returncode
+        return await _terminate(self.proc, timeout)
 
 
 class ServerFleet:
