@@ -372,14 +372,15 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         await self._stand_by()
 
     async def _stand_by(self) -> None:
-        """Poll the store's lease (every quarter of the lease timeout); when it is free
+        """Poll the store's lease (every tenth of the lease timeout); when it is free
         or expired, take it with the next epoch, load the state (newest snapshot plus
         tail replay, the recovery path) and serve."""
         from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
 
         assert self.store_url is not None
         watch = LeaseWatch(self.store_url.url)
-        poll = self.config.lease_timeout / 4
+        # A tenth: the poll is one small read, and its interval adds to every failover.
+        poll = self.config.lease_timeout / 10
         try:
             while True:
                 lease = await watch.read()

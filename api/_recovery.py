@@ -75,6 +75,7 @@ async def load_topics(
             max_entries=config.ledger_max_entries,
             max_bytes=config.ledger_max_bytes,
             remote=remote,
+            wait=False,  # one flush for every topic's new ledger, below
         )
         buffer, state = await recover_topic(ledger)
         producers = {
@@ -94,11 +95,18 @@ async def load_topics(
         for row in rows:  # shared: each topic is taken by one loader
             await load(row.topic_id, row.name, row.created_ms, row.retention, row.offload)
 
-    # A few loaders, not a task per topic: ten thousand tasks would all take their first
-    # step in one loop iteration, and the reads share two connections anyway.
-    async with asyncio.TaskGroup() as group:
-        for _ in range(_LOADERS):
-            group.create_task(loader())
+    # Every topic's ledgers, snapshots and producers in a few reads rather than a few per
+    # topic, where a read is a round trip (PostgreSQL: the failover path loads them all).
+    await store.prefetch_recovery()
+    try:
+        # A few loaders, not a task per topic: ten thousand tasks would all take their
+        # first step in one loop iteration, and the reads share two connections anyway.
+        async with asyncio.TaskGroup() as group:
+            for _ in range(_LOADERS):
+                group.create_task(loader())
+    finally:
+        await store.end_recovery()
+    await store.flush()  # every topic's sealed and new ledgers, durable before serving
     # TaskGroup finishes in any order; keep topics in id order as before
     loaded.topics = dict(sorted(loaded.topics.items(), key=lambda kv: kv[1].topic_id))
     return loaded

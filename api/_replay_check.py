@@ -23,8 +23,10 @@ from txnstream.ledger import (
     NotFoundError,
     OffloadStore,
     Position,
+    PostgresUrl,
     Store,
     TxnId,
+    store_location,
 )
 from txnstream.snapshots import full_replay, recover
 from txnstream.txn_buffer import TxnBuffer
@@ -189,23 +191,32 @@ async def _replay_topic(
 
 
 async def replay_check(
-    data: Path,
+    data: Path | str,
     *,
     on_topics: Callable[[int], None] | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> list[TopicReplay]:
-    """Compare snapshot recovery with a full replay for every topic of the directory ``data``.
+    """Compare snapshot recovery with a full replay for every topic of ``data``: a data
+    directory or a ``postgresql://`` store URL.
 
-    Run it on a directory no server is using: like any open, it starts a new ledger per
-    topic. For a progress display, ``on_topics`` is told how many topics there are and
-    ``on_step`` what is being done. Raises :class:`NotFoundError` if ``data`` holds no
-    txnstream database. Costs two replays of every retained log.
+    Run it on a store no server is using: like any open, it starts a new ledger per
+    topic (and on PostgreSQL it takes the store's lease meanwhile). For a progress
+    display, ``on_topics`` is told how many topics there are and ``on_step`` what is
+    being done. Raises :class:`NotFoundError` if a directory holds no txnstream database.
+    Costs two replays of every retained log.
     """
-    db = data / DB_FILE
-    if not db.is_file():
-        raise NotFoundError(f"no txnstream database at {db}")
     config = EngineConfig()
-    store = await Store.open(db, max_pending_entries=config.max_pending_entries)
+    location = store_location(data)
+    store: Store
+    if isinstance(location, PostgresUrl):
+        from txnstream.ledger import PgStore  # (imports psycopg: only when used)
+
+        store = await PgStore.open(location.url, max_pending_entries=config.max_pending_entries)
+    else:
+        db = location / DB_FILE
+        if not db.is_file():
+            raise NotFoundError(f"no txnstream database at {db}")
+        store = await Store.open(db, max_pending_entries=config.max_pending_entries)
     try:
         rows = sorted(await Catalog(store).topics(), key=lambda row: row.name)
         if on_topics is not None:

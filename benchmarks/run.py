@@ -56,6 +56,7 @@ GROUP_MODULES = (
     "benchmarks.m_soak",
     "benchmarks.t_tiers",
     "benchmarks.k_kafka",
+    "benchmarks.f_failover",
 )
 """Modules whose import registers figure groups (later issues append theirs)."""
 

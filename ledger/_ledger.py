@@ -84,8 +84,12 @@ class ManagedLedger(LedgerReads):
         max_entries: int,
         max_bytes: int,
         remote: OffloadStore | None = None,
+        wait: bool = True,
     ) -> ManagedLedger:
-        """Load an existing topic's ledgers, seal the open one and start a new ledger."""
+        """Load an existing topic's ledgers, seal the open one and start a new ledger.
+
+        ``wait=False`` queues those writes without waiting for them (the caller flushes
+        once for many topics: recovery, where each wait is a round trip)."""
         rows = await store.ledger_rows(topic_id)
         ledgers: list[LedgerInfo] = []
         batch = WriteBatch()
@@ -127,7 +131,10 @@ class ManagedLedger(LedgerReads):
         created = now_ms()
         batch.open_ledger(topic_id, next_id, created, next_offset)
         ledgers.append(LedgerInfo(next_id, created, 0, 0, False, False, base_offset=next_offset))
-        await store.write(batch)
+        if wait:
+            await store.write(batch)
+        else:
+            store.submit(batch, wait=False)
         return cls(
             store, topic_id, ledgers, max_entries=max_entries, max_bytes=max_bytes, remote=remote
         )

@@ -282,6 +282,25 @@ SEGMENTS = (
     " WHERE topic_id = %s AND segment_id = ANY(%s::bigint[])"
 )
 
+# -- reads: every topic at once (recovery, see PgStore.prefetch_recovery) ----------------
+
+ALL_LEDGERS = (
+    "SELECT topic_id, ledger_id, created_ms, entries, bytes, has_aborts::int, location, url,"
+    " size, checksum, base_offset FROM ledgers ORDER BY topic_id, ledger_id"
+)
+ALL_OPEN_LEDGER_TOTALS = (
+    "SELECT l.topic_id, l.ledger_id, count(e.entry_id), coalesce(sum(length(e.data)), 0)::bigint"
+    " FROM ledgers l LEFT JOIN entries e"
+    " ON e.topic_id = l.topic_id AND e.ledger_id = l.ledger_id"
+    " WHERE l.entries IS NULL GROUP BY l.topic_id, l.ledger_id"
+)
+ALL_SNAPSHOTS = (
+    "SELECT topic_id, snapshot_id, data FROM snapshots ORDER BY topic_id, snapshot_id DESC"
+)
+ALL_SEGMENT_COUNTERS = "SELECT topic_id, max(segment_id) FROM snapshot_segments GROUP BY topic_id"
+ALL_PRODUCERS = "SELECT topic_id, producer, last_seq, positions FROM producers"
+ALL_TOPIC_IDS = "SELECT topic_id FROM topics"
+
 # -- the store read from another process (_pg_view) --------------------------------------
 
 VIEW_TABLES = (

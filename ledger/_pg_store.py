@@ -30,6 +30,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -76,6 +77,30 @@ class _NotCommitted(Exception):
     """A flush failed on its connection and settled as not committed: safe to retry."""
 
 
+_RECOVERY_READERS = 4
+"""Read connections while every topic loads (measured on 1,000 topics, a loaded 2-core
+machine: 4.9 s with 2, 3.5 s with 4); the pool shrinks back after (its idle extras close
+within psycopg_pool's max_idle)."""
+
+
+@dataclass(slots=True)
+class _Prefetched:
+    """Every topic's recovery rows, read at once (:meth:`PgStore.prefetch_recovery`); each
+    answer is handed out once, later reads of the same rows go to the database."""
+
+    topics: set[int]
+    ledgers: dict[int, list[Row]] = field(default_factory=dict)
+    ledgers_taken: set[int] = field(default_factory=set)
+    totals: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    snapshots_taken: set[int] = field(default_factory=set)
+    snapshot_ids: dict[int, int] = field(default_factory=dict)
+    segments: dict[int, int] = field(default_factory=dict)
+    counters_taken: set[int] = field(default_factory=set)
+    producers: dict[int, list[Row]] = field(default_factory=dict)
+    producers_taken: set[int] = field(default_factory=set)
+
+
 class PgStore(Store):
     """The store on a PostgreSQL database: see the module docstring."""
 
@@ -101,6 +126,8 @@ class PgStore(Store):
         self._renew_task: asyncio.Task[None] | None = None
         self._database_bytes = 0
         self._connect_timeout = 10
+        self._prefetched: _Prefetched | None = None
+        self._readers = pool.max_size
 
     @classmethod
     async def open(  # type: ignore[override]
@@ -332,10 +359,55 @@ class PgStore(Store):
                         raise
         raise AssertionError("unreachable")
 
+    # -- recovery: every topic's rows in a few queries --------------------------------
+
+    async def prefetch_recovery(self) -> None:
+        """Six queries instead of five per topic: a standby taking over loads every topic,
+        and each read is a round trip (on a loaded machine, milliseconds). The reads left
+        (each topic's tail) get more connections until :meth:`end_recovery`."""
+        self._check_readable()
+        if self._pool.max_size < _RECOVERY_READERS:
+            await self._pool.resize(self._pool.min_size, _RECOVERY_READERS)
+        prefetched = _Prefetched(
+            {int(topic_id) for (topic_id,) in await self.read(sql.ALL_TOPIC_IDS)}
+        )
+        for topic_id, *row in await self.read(sql.ALL_LEDGERS):
+            prefetched.ledgers.setdefault(int(topic_id), []).append(tuple(row))
+        for topic_id, ledger_id, entries, size in await self.read(sql.ALL_OPEN_LEDGER_TOTALS):
+            prefetched.totals[int(topic_id), int(ledger_id)] = (int(entries), int(size))
+        for topic_id, snapshot_id, data in await self.read(sql.ALL_SNAPSHOTS):
+            prefetched.snapshots.setdefault(int(topic_id), []).append((snapshot_id, data))
+            newest = prefetched.snapshot_ids.get(int(topic_id), -1)
+            prefetched.snapshot_ids[int(topic_id)] = max(newest, int(snapshot_id))
+        for topic_id, segment_id in await self.read(sql.ALL_SEGMENT_COUNTERS):
+            prefetched.segments[int(topic_id)] = int(segment_id)
+        for topic_id, *row in await self.read(sql.ALL_PRODUCERS):
+            prefetched.producers.setdefault(int(topic_id), []).append(tuple(row))
+        self._prefetched = prefetched
+
+    async def end_recovery(self) -> None:
+        self._prefetched = None
+        if self._pool.max_size != self._readers:
+            await self._pool.resize(self._readers, self._readers)
+
+    def _prefetched_for(self, topic_id: int) -> _Prefetched | None:
+        """The prefetched rows, if they cover ``topic_id`` (else: read it now)."""
+        prefetched = self._prefetched
+        return prefetched if prefetched is not None and topic_id in prefetched.topics else None
+
     async def ledger_rows(self, topic_id: int) -> list[Row]:
+        if (prefetched := self._prefetched_for(topic_id)) is not None:
+            rows = prefetched.ledgers.pop(topic_id, None)
+            if rows is not None or topic_id not in prefetched.ledgers_taken:
+                prefetched.ledgers_taken.add(topic_id)
+                return rows or []
         return await self.read(sql.LEDGERS, (topic_id,))
 
     async def ledger_totals(self, topic_id: int, ledger_id: int) -> tuple[int, int]:
+        if (prefetched := self._prefetched_for(topic_id)) is not None:
+            totals = prefetched.totals.pop((topic_id, ledger_id), None)
+            if totals is not None:
+                return totals
         ((entries, size),) = await self.read(sql.LEDGER_TOTALS, (topic_id, ledger_id))
         return int(entries), int(size)
 
@@ -408,6 +480,11 @@ class PgStore(Store):
         return max(int(highest) + 1, int(reserved or 0))
 
     async def producer_rows(self, topic_id: int) -> list[Row]:
+        if (prefetched := self._prefetched_for(topic_id)) is not None:
+            rows = prefetched.producers.pop(topic_id, None)
+            if rows is not None or topic_id not in prefetched.producers_taken:
+                prefetched.producers_taken.add(topic_id)
+                return rows or []
         return await self.read(sql.PRODUCERS, (topic_id,))
 
     async def subscription_rows(self) -> list[Row]:
@@ -466,9 +543,19 @@ class PgStore(Store):
         return await self.read(query, (*params, after_seq, upto_seq, limit))
 
     async def snapshot_rows(self, topic_id: int) -> list[tuple[int, bytes]]:
+        if (prefetched := self._prefetched_for(topic_id)) is not None:
+            rows = prefetched.snapshots.pop(topic_id, None)
+            if rows is not None or topic_id not in prefetched.snapshots_taken:
+                prefetched.snapshots_taken.add(topic_id)
+                return rows or []
         return await self.read(sql.SNAPSHOTS, (topic_id,))
 
     async def snapshot_counters(self, topic_id: int) -> tuple[int, int]:
+        prefetched = self._prefetched_for(topic_id)
+        if prefetched is not None and topic_id not in prefetched.counters_taken:
+            prefetched.counters_taken.add(topic_id)
+            snapshots = prefetched.snapshot_ids.get(topic_id, -1)
+            return snapshots, prefetched.segments.get(topic_id, -1)
         ((snapshot, segment),) = await self.read(sql.SNAPSHOT_COUNTERS, (topic_id, topic_id))
         return int(snapshot), int(segment)
 

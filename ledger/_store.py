@@ -648,6 +648,19 @@ class Store(abc.ABC):
     def storage_metrics(self) -> StorageMetrics:
         """Sizes of the database and its write-ahead log (cheap: no query)."""
 
+    # -- recovery ------------------------------------------------------------------
+
+    async def prefetch_recovery(self) -> None:
+        """Read at once what loading every topic asks for topic by topic (ledgers, open
+        ledgers' totals, snapshots, producers), so that each of those reads is answered
+        from memory, once, until :meth:`end_recovery`. For a store where a read is a
+        network round trip (PostgreSQL: a failover loads every topic); a no-op here."""
+        return
+
+    async def end_recovery(self) -> None:
+        """Drop what :meth:`prefetch_recovery` read and has not handed out yet."""
+        return
+
     # -- reads: the log ------------------------------------------------------------
     # Positions are (ledger_id, entry_id); a "row" of the log is
     # (ledger_id, entry_id, kind, txn or None, data).

@@ -273,7 +273,7 @@ async def test_a_paused_active_writes_nothing_after_the_standby_took_over(pair: 
     await _committed_at_least(history, sum(t.outcome == "committed" for t in history.txns) + 10)
     stop.set()
     assert await _settle(workload) == []
-    log = [entry[1] for entries in history.log_entries.values() for entry in entries]
+    log = [entry.id for entries in history.log_entries.values() for entry in entries]
     assert "from-the-old-active" not in log
 
 

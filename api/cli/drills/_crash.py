@@ -1,8 +1,9 @@
 """``txnstream drill crash``: kill a real server under load, then check the history.
 
-The drill owns its ``serve`` child (``_server``) and kills it on the way out, whatever
-happens; the workload (``_workload``) records into a ``History`` and ``_history`` checks
-it. This module runs the pieces in order and prints the report.
+The drill owns its ``serve`` children (``_server``: one over a data directory, or
+several on one PostgreSQL store, where each kill is a failover) and kills them on the
+way out, whatever happens; the workload (``_workload``) records into a ``History`` and
+``_history`` checks it. This module runs the pieces in order and prints the report.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import random
 import secrets
 import signal
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from txnstream.api.support import TopicReplay, replay_check
 from ._console import consoles, yes
 from ._errors import DrillError
 from ._history import History, check_history
-from ._server import ServerChild
+from ._server import DrillServers, ServerChild, ServerFleet
 from ._workload import Workload
 
 
@@ -34,7 +36,8 @@ class _CrashDrill:
 
     def __init__(
         self,
-        data: Path,
+        location: Path | str,
+        servers: DrillServers,
         *,
         duration: float,
         kills: int,
@@ -46,7 +49,7 @@ class _CrashDrill:
         disk_full: int = 0,
         stops: int = 0,
     ) -> None:
-        self.data = data
+        self.location = location
         self.duration = duration
         self.kill_count = kills
         self.spell_count = disk_full
@@ -56,7 +59,7 @@ class _CrashDrill:
         self.out, self.err = out, err
         self.run = f"drill-{secrets.token_hex(3)}"
         self.topics = [f"{self.run}-{i}" for i in range(topics)]
-        self.child = ServerChild(data, data / "drill-serve.log")
+        self.child = servers
         self.history = History()
         self.replay: list[TopicReplay] = []
         self.stop_status: int | None = None
@@ -67,7 +70,8 @@ class _CrashDrill:
         SIGTERM and SIGHUP cancel it like Ctrl-C does; either way the server child is
         killed before this returns.
         """
-        self.data.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.location, Path):
+            self.location.mkdir(parents=True, exist_ok=True)
         budget = (
             self.duration + 240 + 50 * self.kill_count + 60 * self.spell_count + 5 * self.stop_count
         )
@@ -113,7 +117,7 @@ class _CrashDrill:
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         with self.err.status("comparing snapshot recovery with a full replay"):
-            self.replay = await replay_check(self.data)
+            self.replay = await replay_check(self.location)
         return self.report(report_path)
 
     def _counts(self) -> list[tuple[str, str]]:
@@ -131,6 +135,7 @@ class _CrashDrill:
         )
         rows = [
             ("kills (SIGKILL)", f"{h.kills}{restart}"),
+            *self._failover_rows(),
             ("topics / txn producers", f"{len(self.topics)} / {self.producer_count}"),
             ("txns committed", str(outcomes["committed"])),
             ("txns aborted", str(outcomes["aborted"])),
@@ -163,6 +168,25 @@ class _CrashDrill:
             rows += [(f"  spell {i + 1}", spell) for i, spell in enumerate(h.spells)]
         return rows
 
+    def _failover_rows(self) -> list[tuple[str, str]]:
+        """With several servers: how many took over, how long each took."""
+        if not isinstance(self.child, ServerFleet):
+            return []
+        took = [f.seconds for f in self.history.failovers]
+        span = f" ({min(took):.1f}-{max(took):.1f} s)" if took else ""
+        rows = [
+            (
+                "servers / lease timeout",
+                f"{len(self.child.members)} / {self.child.lease_timeout:g} s",
+            )
+        ]
+        rows.append(("failovers", f"{len(took)}{span}"))
+        rows += [
+            (f"  failover {i + 1}", f"{f.killed} killed, {f.active} active in {f.seconds:.2f} s")
+            for i, f in enumerate(self.history.failovers)
+        ]
+        return rows
+
     def report(self, path: Path | None = None) -> int:
         """Print the counts and the checks (and write them to ``path`` as JSON).
 
@@ -190,6 +214,10 @@ class _CrashDrill:
                 "seed": self.seed,
                 "passed": not failed,
                 "counts": dict(rows),
+                "failovers": [
+                    {"killed": f.killed, "active": f.active, "seconds": round(f.seconds, 3)}
+                    for f in self.history.failovers
+                ],
                 "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
             }
             path.write_text(json.dumps(document, indent=2) + "\n")
@@ -205,7 +233,7 @@ class _CrashDrill:
 
 
 def run(
-    data: Path,
+    data: Path | None,
     duration: float,
     kills: int,
     seed: int | None,
@@ -214,12 +242,22 @@ def run(
     report: Path | None,
     disk_full: int = 0,
     stops: int = 0,
+    *,
+    store: str | None = None,
+    servers: int = 1,
+    lease_timeout: float = 2.0,
 ) -> None:
     """``drill crash`` (the command, its options and help are in ``_group``)."""
     out, err = consoles()
+    try:
+        location, children = _servers(data, store, servers, lease_timeout, disk_full, stops)
+    except DrillError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
     chosen = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     drill = _CrashDrill(
-        data,
+        location,
+        children,
         duration=duration,
         kills=kills,
         seed=chosen,
@@ -230,9 +268,15 @@ def run(
         disk_full=disk_full,
         stops=stops,
     )
+    where = f"data {location}"
+    if isinstance(children, ServerFleet):
+        where = (
+            f"{servers} server(s), lease timeout {lease_timeout:g} s,"
+            f" server logs {children.log_path}"
+        )
     err.print(
         f"crash drill: {duration:g} s, {kills} kill(s), {stops} pause(s), {disk_full} disk-full"
-        f" spell(s), seed {chosen}, data {data}",
+        f" spell(s), seed {chosen}, {where}",
         markup=False,
     )
     try:
@@ -242,3 +286,37 @@ def run(
         raise typer.Exit(2) from None
     if status:
         raise typer.Exit(status)
+
+
+def _servers(
+    data: Path | None,
+    store: str | None,
+    count: int,
+    lease_timeout: float,
+    disk_full: int,
+    stops: int,
+) -> tuple[Path | str, DrillServers]:
+    """The drill's store and its server children, from the checked options."""
+    if data is not None and store is not None:
+        raise DrillError("--data and --store are exclusive: give a data directory or a store URL")
+    if store is None:
+        if count > 1:
+            raise DrillError(
+                f"--servers {count} needs a store the servers share: --store postgresql://..."
+            )
+        if data is None:
+            raise DrillError("give --data DIR (or --store postgresql://...)")
+        return data, ServerChild(data, data / "drill-serve.log")
+    if not store.startswith(("postgresql://", "postgres://")):
+        raise DrillError(f"--store {store}: not a postgresql:// URL")
+    if disk_full or stops:
+        raise DrillError("--disk-full and --sigstops need --data (a server of its own)")
+    logs = Path(tempfile.mkdtemp(prefix="txnstream-drill-"))
+    fleet = ServerFleet(
+        store,
+        count,
+        logs,
+        lease_timeout=lease_timeout,
+        failover_timeout=lease_timeout + 40.0,
+    )
+    return store, fleet

@@ -49,7 +49,31 @@ def snapshot_command(
 
 @drill_app.command("crash")
 def crash_command(
-    data: DataOption,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="Data directory of the server.", file_okay=False),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="URL",
+            help="A PostgreSQL store (postgresql://user@host:port/db) instead of --data.",
+        ),
+    ] = None,
+    servers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=8,
+            help="Servers on the --store: one active, the others standbys; each kill is"
+            " then a failover.",
+        ),
+    ] = 1,
+    lease_timeout: Annotated[
+        float,
+        typer.Option(min=0.5, max=60.0, help="The servers' --lease-timeout (s) with --store."),
+    ] = 2.0,
     duration: Annotated[
         float, typer.Option(min=1.0, max=3600.0, help="Seconds of workload.")
     ] = 30.0,
@@ -86,8 +110,26 @@ def crash_command(
     With --sigstops and --disk-full, the server is then paused with SIGSTOP, and the
     disk filled and freed, under the same workload and the same checks; after each
     spell health must be ok again within 30 s, without a restart.
+
+    With --store URL --servers N (N >= 2), N servers serve one PostgreSQL database (their
+    logs go to a new temporary directory the drill names): the client follows the
+    active, each kill is a kill -9 of the active, a standby takes over, and the killed
+    server comes back as a standby. The report lists each failover and its duration.
     Exits 1 if any check fails, 2 if the drill could not run.
     """
     from ._crash import run
 
-    run(data, duration, kills, seed, topics, producers, report, disk_full, sigstops)
+    run(
+        data,
+        duration,
+        kills,
+        seed,
+        topics,
+        producers,
+        report,
+        disk_full,
+        sigstops,
+        store=store,
+        servers=servers,
+        lease_timeout=lease_timeout,
+    )

@@ -25,8 +25,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from txnstream.api.client import AsyncClient, TxnStreamHttpError, TxnStreamTransportError
 
 from ._errors import DrillError
-from ._history import Delivery, History, Pos, Sent, TxnRun, parse_position
-from ._server import ServerChild
+from ._history import Delivery, History, LogEntry, Pos, Sent, ServerTxn, TxnRun, parse_position
+from ._server import DrillServers, ServerChild
 
 TXN_TIMEOUT_MS = 5_000
 """Timeout of the transactions meant to end (commit or abort)."""
@@ -76,7 +76,7 @@ class Workload:
 
     def __init__(
         self,
-        child: ServerChild,
+        child: DrillServers,
         history: History,
         *,
         run: str,
@@ -103,6 +103,13 @@ class Workload:
         self.stop = asyncio.Event()
         self.consumers_stop = asyncio.Event()
         self.started = 0.0
+
+    @property
+    def _single(self) -> ServerChild:
+        """The one server over a data directory (pauses and disk-full spells need it)."""
+        if not isinstance(self.child, ServerChild):
+            raise DrillError("SIGSTOP pauses and disk-full spells need --data")
+        return self.child
 
     def _note(self, what: str, detail: str) -> None:
         self.history.unexpected.append(f"{what}: {detail}")
@@ -166,6 +173,7 @@ class Workload:
     ) -> None:
         """One transaction, every request to the server start that began it."""
         timeout_ms = ABANDON_TIMEOUT_MS if run.plan == "abandon" else TXN_TIMEOUT_MS
+        kills = self.history.kills
         try:
             began = await client.begin(timeout_ms=timeout_ms, label=run.key)
         except TxnStreamTransportError:
@@ -191,6 +199,11 @@ class Workload:
                     with contextlib.suppress(TxnStreamHttpError):
                         await client.abort(txn)
                         run.outcome = "aborted"
+                    return
+                if exc.status == 404 and self.history.kills > kills:
+                    # A begin's row becomes durable with the transaction's first entry: a
+                    # kill -9 of the active in between leaves the new active without it.
+                    run.reason = "begin died with the server (404)"
                     return
                 if exc.status != 409:
                     self._note("transactional send", _http(exc))
@@ -313,7 +326,7 @@ class Workload:
                 self._note("receive", _http(exc))
                 await asyncio.sleep(0.2)
                 continue
-            base = client.url
+            base = self.child.session(client)
             got: list[Delivery] = []
             for message in messages:
                 position = parse_position(message["position"])
@@ -323,9 +336,7 @@ class Workload:
                     h.unexpected.append(f"{topic}: foreign message at {message['position']}")
                     continue
                 if last is not None and last[0] == base and position <= last[1]:
-                    h.order_violations.append(
-                        f"{topic}: {message['position']} after {last[1][0]}:{last[1][1]}"
-                    )
+                    h.order_violations.append(f"{topic}: {message['position']} after {last[1]}")
                 last = (base, position)
                 redelivery_count = int(message.get("redelivery_count") or 0)
                 delivery = Delivery(topic, base, position, msg_id, h.tick(), redelivery_count)
@@ -350,10 +361,10 @@ class Workload:
         await self._kills(rng)
         for _ in range(self.stop_count):
             await asyncio.sleep(rng.uniform(0.3, 0.8))
-            self.child.pause()  # requests wait (the client's timeout is far longer)
+            self._single.pause()  # requests wait (the client's timeout is far longer)
             self.history.stops += 1
             await asyncio.sleep(rng.uniform(1.0, 2.5))
-            self.child.resume()
+            self._single.resume()
         for spell in range(self.spell_count):
             await self._disk_full(rng, reserve=spell % 2 == 0)
 
@@ -367,12 +378,13 @@ class Workload:
         within 30 s with no restart.
         """
         wanted = None if reserve else 0
-        if self.child.min_free_bytes != wanted:
-            self.child.min_free_bytes = wanted
-            self.child.kill()
-            self.history.restart_seconds.append(await self.child.start())
+        child = self._single
+        if child.min_free_bytes != wanted:
+            child.min_free_bytes = wanted
+            child.kill()
+            self.history.restart_seconds.append(await child.start())
         await asyncio.sleep(rng.uniform(0.3, 0.8))  # the workload writes on
-        filler = self.child.data / FILLER
+        filler = child.data / FILLER
         await asyncio.to_thread(fill_file_system, filler)
         try:
             await asyncio.sleep(rng.uniform(0.5, 1.0))
@@ -400,7 +412,7 @@ class Workload:
             return f"error {exc.status}"
 
     async def _kills(self, rng: random.Random) -> None:
-        """SIGKILL the child ``kills`` times spread over the duration; restart each time."""
+        """``kills`` crashes spread over the duration (see :meth:`DrillServers.crash`)."""
         if self.kill_count <= 0:
             return
         slot = self.duration / self.kill_count
@@ -410,10 +422,7 @@ class Workload:
             now = time.monotonic()
             wait = max(self.started + at - now, restarted + 0.5 - now, 0.0)
             await asyncio.sleep(wait)
-            self.child.kill()
-            self.history.kills += 1
-            await asyncio.sleep(rng.uniform(0.0, 0.3))
-            self.history.restart_seconds.append(await self.child.start())
+            await self.child.crash(self.history, rng)
             restarted = time.monotonic()
 
     # -- the run -------------------------------------------------------------------
@@ -526,20 +535,18 @@ class Workload:
     async def _final_fetch(self) -> None:
         """Every topic from earliest, read_committed, aborted data dropped; and txn labels."""
         deadline = time.monotonic() + 120
-        url = self.child.client.url
-        async with AsyncClient(url, timeout=FINAL_TIMEOUT, trust_env=False) as reader:
+        urls = self.child.client.urls
+        async with AsyncClient(urls, timeout=FINAL_TIMEOUT, trust_env=False) as reader:
             for topic in self.topics:
                 self.history.log_entries[topic] = await self._read_topic(reader, topic, deadline)
             try:
                 listed = await reader.list_transactions(label_prefix=self.run)
             except TxnStreamHttpError as exc:
                 raise DrillError(f"listing transactions: {_http(exc)}") from None
-        self.history.server_txns = {t["txn"]: (t.get("label"), t["state"]) for t in listed}
+        self.history.server_txns = {t["txn"]: ServerTxn(t.get("label"), t["state"]) for t in listed}
 
-    async def _read_topic(
-        self, reader: AsyncClient, topic: str, deadline: float
-    ) -> list[tuple[Pos, str, str | None]]:
-        kept: list[tuple[Pos, str, str | None]] = []
+    async def _read_topic(self, reader: AsyncClient, topic: str, deadline: float) -> list[LogEntry]:
+        kept: list[LogEntry] = []
         aborted: set[str] = set()
         start = "earliest"
         while time.monotonic() < deadline:
@@ -553,7 +560,8 @@ class Workload:
                     continue
                 value = entry.get("value")
                 msg_id = value.get("id") if isinstance(value, dict) else None
-                kept.append((parse_position(entry["position"]), str(msg_id), entry.get("txn")))
+                position = parse_position(entry["position"])
+                kept.append(LogEntry(position, str(msg_id), entry.get("txn")))
             if not page["entries"]:
                 return kept
             start = page["next"]
