@@ -44,7 +44,7 @@ async def test_prefetched_recovery_reads_equal_the_databases_in_a_few_queries(
             await engine.produce(f"t{i}", [OutgoingMessage("x")], producer=f"p{i}", sequence=0)
             if i % 2:
                 await engine.take_snapshot(f"t{i}")
-        store = engine.store
+        store = engine._rt.store
         assert isinstance(store, PgStore)
         topic_ids = [int(row[0]) for row in await store.topic_rows()]
         expected = await _reads(store, topic_ids)
