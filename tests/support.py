@@ -33,6 +33,7 @@ from txnstream.api import (
     SubscriptionHandle,
     TxnId,
 )
+from txnstream.ledger import DB_FILE
 
 
 async def wait_until(
@@ -95,6 +96,20 @@ def running_server(data: Path, auth_file: Path | None = None, **options: Any) ->
         server.should_exit = True
         thread.join(timeout=40)
         assert not thread.is_alive(), "the live server did not stop"
+
+
+def store_sql(store: Path | str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement (``?`` placeholders) on a store no engine has open, as a crash or
+    an older txnstream would have left it: the SQLite file of a data directory, or the
+    database of a ``postgresql://`` URL. Returns its rows (as tuples)."""
+    if isinstance(store, str) and store.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(store, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return [tuple(row) for row in cur.fetchall()] if cur.description else []
+    with closing(sqlite3.connect(Path(store) / DB_FILE)) as db, db:
+        return db.execute(sql, params).fetchall()
 
 
 async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:
