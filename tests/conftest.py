@@ -6,7 +6,11 @@ session (started on first use) for the client and CLI tests.
 ``postgresql://`` URL; ``Engine.open`` takes either). Every test that takes ``data_dir``
 or ``engine`` runs once per store, ids ``[sqlite]`` and ``[postgresql]``; a test that
 needs SQLite's files (pokes the ``.db`` file, fills a filesystem, deletes the directory)
-says so with ``@pytest.mark.sqlite_only(reason)`` and runs on SQLite alone.
+says so with ``@pytest.mark.sqlite_only(reason)`` and runs on SQLite alone. A long test
+whose suite's other tests cover PostgreSQL by default is marked
+``@pytest.mark.postgresql_in_full_run``: its ``[postgresql]`` run is made only in the full
+run (``TXNSTREAM_ALL_STORES=1``, ``make test-pg``), which keeps ``make test`` short.
+``new_store`` makes more fresh stores of the test's kind (one per property-test example).
 
 ``s3_server`` is one real SeaweedFS S3 server per test session (started on first use,
 ``tests/objectstore.py``), with the ``AWS_*`` environment pointing at it for the
@@ -23,9 +27,10 @@ Without PostgreSQL those tests skip, saying why; in CI (``CI`` set) they fail in
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,7 +48,10 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 STORES = ("sqlite", "postgresql")
-"""The stores every engine test runs on (the ``store`` parameter of ``data_dir``)."""
+"""The stores every engine test runs on (the ``store_kind`` parameter of ``data_dir``)."""
+ALL_STORES = os.environ.get("TXNSTREAM_ALL_STORES") == "1"
+"""``TXNSTREAM_ALL_STORES=1`` (``make test-pg``): the ``postgresql_in_full_run`` tests run
+on PostgreSQL too."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,15 +59,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "sqlite_only(reason): the test needs SQLite's files; it runs on the SQLite store only",
     )
+    config.addinivalue_line(
+        "markers",
+        "postgresql_in_full_run: a long test; on PostgreSQL only with TXNSTREAM_ALL_STORES=1",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``store``, which ``data_dir`` (and so ``engine``) takes: one run per store."""
-    if "store" in metafunc.fixturenames:
-        only = metafunc.definition.get_closest_marker("sqlite_only")
-        if only is not None and not (only.args or only.kwargs.get("reason")):
-            raise pytest.UsageError(f"{metafunc.definition.nodeid}: sqlite_only needs a reason")
-        metafunc.parametrize("store", ["sqlite"] if only else list(STORES))
+    """``store_kind``, which ``data_dir`` (and so ``engine``) takes: one run per store.
+    (Not ``store``: the ledger tests' fixture of that name is a store object.)"""
+    if "store_kind" not in metafunc.fixturenames:
+        return
+    only = metafunc.definition.get_closest_marker("sqlite_only")
+    if only is not None and not (only.args or only.kwargs.get("reason")):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: sqlite_only needs a reason")
+    long = metafunc.definition.get_closest_marker("postgresql_in_full_run") is not None
+    sqlite_alone = only is not None or (long and not ALL_STORES)
+    metafunc.parametrize("store_kind", ["sqlite"] if sqlite_alone else list(STORES))
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +91,9 @@ STORES_DATABASE = "stores"
 
 
 @pytest.fixture
-def data_dir(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path | str]:
+def data_dir(
+    store_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Path | str]:
     """A fresh store: a directory not made yet (SQLite), or a ``postgresql://`` URL.
 
     On PostgreSQL each test connects as a login role of its own whose schema of the same
@@ -83,12 +101,31 @@ def data_dir(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iter
     as a database of its own, at a tenth of the cost of ``CREATE DATABASE``. Dropped after
     the test, connections of an engine a test left open (a crash) included.
     """
-    if store == "sqlite":
+    if store_kind == "sqlite":
         yield tmp_path / "data"
         return
     cluster: Cluster = request.getfixturevalue("store_cluster")
     with schema_store(cluster) as url:
         yield url
+
+
+@pytest.fixture
+def new_store(
+    store_kind: str, request: pytest.FixtureRequest
+) -> Callable[[], AbstractContextManager[Path | str]]:
+    """``with new_store() as where:``: one more fresh store of the test's kind, removed
+    after the block (a property test's examples each get their own)."""
+
+    @contextmanager
+    def make() -> Iterator[Path | str]:
+        if store_kind == "sqlite":
+            with tempfile.TemporaryDirectory() as tmp:
+                yield Path(tmp) / "data"
+        else:
+            with schema_store(request.getfixturevalue("store_cluster")) as url:
+                yield url
+
+    return make
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,10 @@ def running_server(data: Path, auth_file: Path | None = None, **options: Any) ->
         server.should_exit = True
         thread.join(timeout=40)
         assert not thread.is_alive(), "the live server did not stop"
+
+
+NewStore = Callable[[], AbstractContextManager[Path | str]]
+"""The ``new_store`` fixture: ``with new_store() as where:`` gives one more fresh store."""
 
 
 def store_sql(store: Path | str, sql: str, params: Sequence[Any] = ()) -> list[Any]:

@@ -1,5 +1,5 @@
 """What only the PostgreSQL store has (the engine's behavioural suites run on it through
-the ``store`` parameter of ``data_dir``, ``tests/conftest.py``): one engine per store, the
+the ``store_kind`` parameter of ``data_dir``, ``tests/conftest.py``): one engine per store, the
 lease released on close, no split brain after a takeover, and a PostgreSQL failover (a
 synchronous replica promoted) that loses nothing acknowledged."""
 
@@ -118,7 +118,7 @@ async def _at_least(items: list[int], n: int) -> bool:
     return len(items) >= n
 
 
-async def test_the_store_parameter_opens_each_store(engine: Engine, store: str) -> None:
+async def test_the_store_parameter_opens_each_store(engine: Engine, store_kind: str) -> None:
     """The ``[postgresql]`` runs of the behavioural suites really are on PostgreSQL."""
-    assert (engine.store_url is not None) == (store == "postgresql")
-    assert (type(engine.store).__name__ == "PgStore") == (store == "postgresql")
+    assert (engine.store_url is not None) == (store_kind == "postgresql")
+    assert (type(engine.store).__name__ == "PgStore") == (store_kind == "postgresql")
