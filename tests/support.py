@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import AbstractContextManager, ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -422,14 +422,20 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 class EngineStateMachine(RuleBasedStateMachine):
-    """Base of the stateful tests that drive one engine: its own event loop, a fresh data
-    directory, :meth:`run` with a bound, :meth:`reopen`, and a teardown that closes the
-    engine and removes both."""
+    """Base of the stateful tests that drive one engine: its own event loop, a fresh store
+    (a data directory, or one from ``new_store``: ``run_state_machine_as_test(lambda:
+    Machine(new_store))`` runs it on the test's store), :meth:`run` with a bound,
+    :meth:`reopen`, and a teardown that closes the engine and removes both."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, new_store: NewStore | None = None) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+        self._stores = ExitStack()
+        self.dir: Path | str = (
+            Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+            if new_store is None
+            else self._stores.enter_context(new_store())
+        )
         self.config = config
         self.engine = self.run(Engine.open(self.dir, config))
 
@@ -446,7 +452,9 @@ class EngineStateMachine(RuleBasedStateMachine):
             self.run(self.engine.close())
         finally:
             self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if isinstance(self.dir, Path):
+                shutil.rmtree(self.dir, ignore_errors=True)
+            self._stores.close()
 
     @invariant()
     def internal_state_is_consistent(self) -> None:
