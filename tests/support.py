@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
@@ -100,6 +101,16 @@ def running_server(data: Path, auth_file: Path | None = None, **options: Any) ->
 
 NewStore = Callable[[], AbstractContextManager[Path | str]]
 """The ``new_store`` fixture: ``with new_store() as where:`` gives one more fresh store."""
+
+
+def store_per_example(max_examples: int = 100) -> settings:
+    """Hypothesis settings of a property test whose every example opens a store of its
+    own with ``new_store`` (a factory: that it is function-scoped is fine here)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
 
 
 def store_sql(store: Path | str, sql: str, params: Sequence[Any] = ()) -> list[Any]:

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
-from support import NewStore
+from support import NewStore, store_per_example
 
 from txnstream.api import (
     Engine,
@@ -167,11 +167,7 @@ async def _run(
 
 @pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
 @pytest.mark.timeout(300)
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],  # new_store: one per example
-)
+@store_per_example(60)
 @example(  # another transaction's send comes between two of the fast path's
     program=[
         ("burst", 0, "a", 2),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from support import NewStore, drain
+from support import NewStore, drain, store_per_example
 
 from txnstream.api import (
     Engine,
@@ -69,7 +69,7 @@ async def test_nothing_is_stored_unless_everything_is(
 
 
 @pytest.mark.postgresql_in_full_run  # (100 examples, each a store of its own)
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # new_store: per example
+@store_per_example()
 @given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=30))
 async def test_each_topic_gets_its_items_contiguously_in_order(
     new_store: NewStore, names: list[str]

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
-from support import NewStore, drain, make_topics, positions, values, wait_until
+from support import NewStore, drain, make_topics, positions, store_per_example, values, wait_until
 
 from txnstream.api import Engine, EngineConfig, Position
 
@@ -248,11 +248,7 @@ _steps = st.lists(
 
 @pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
 @pytest.mark.timeout(300)
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],  # new_store: one per example
-)
+@store_per_example(60)
 @given(_steps, st.integers(0, 6))
 # an aborted transaction whose data lies below the stable position (held by transaction
 # 1) and whose marker is two ledgers on

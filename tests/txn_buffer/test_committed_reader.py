@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from support import HISTORY_OPS, HistoryModel, NewStore, play_history
+from hypothesis import given
+from support import HISTORY_OPS, HistoryModel, NewStore, play_history, store_per_example
 
 from txnstream.api import Engine, EngineConfig, InvalidArgumentError, TopicNotFoundError
 from txnstream.ledger import Position, TxnId
@@ -155,11 +155,7 @@ async def test_missing_topic_and_read_only(data_dir: Path) -> None:
 
 @pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
 @pytest.mark.timeout(300)
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],  # new_store: one per example
-)
+@store_per_example(60)
 @given(ops=HISTORY_OPS)
 def test_random_histories(new_store: NewStore, ops: list[Any]) -> None:
     with new_store() as path:
