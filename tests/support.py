@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from txnstream.api import (
+    DataDirLockedError,
     Engine,
     EngineConfig,
     Message,
@@ -125,6 +126,19 @@ def store_sql(store: Path | str, sql: str, params: Sequence[Any] = ()) -> list[A
             return [tuple(row) for row in cur.fetchall()] if cur.description else []
     with closing(sqlite3.connect(Path(store) / DB_FILE)) as db, db:
         return db.execute(sql, params).fetchall()
+
+
+async def open_after_kill(store: Path | str, config: EngineConfig) -> Engine:
+    """Open a store whose engine was killed: on PostgreSQL once the dead engine's lease has
+    expired (nothing renews it any more; a restarted server waits just the same)."""
+    deadline = time.monotonic() + EngineConfig().lease_timeout + 15.0
+    while True:
+        try:
+            return await Engine.open(store, config)
+        except DataDirLockedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ChildLines, drain, positions, wait_until
+from support import ChildLines, drain, open_after_kill, positions, wait_until
 
 from txnstream.api import (
-    DataDirLockedError,
     Engine,
     EngineConfig,
     Message,
@@ -213,19 +212,6 @@ async def test_sigkill_with_the_writer_process(data_dir: Path, tmp_path: Path) -
     await _sigkill_and_check(data_dir, tmp_path, 60, DEFAULT_SNAPSHOTS, "process")
 
 
-async def _reopen(data: Path, config: EngineConfig) -> Engine:
-    """Open the store the killed child served: on PostgreSQL once the child's lease has
-    expired (nothing renews it any more; a restarted server waits just the same)."""
-    deadline = time.monotonic() + EngineConfig().lease_timeout + 15.0
-    while True:
-        try:
-            return await Engine.open(data, config)
-        except DataDirLockedError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
-
-
 async def _sigkill_and_check(
     data: Path, tmp_path: Path, commits: int, snapshots: tuple[int, float], writer: str
 ) -> None:
@@ -241,7 +227,7 @@ async def _sigkill_and_check(
     config = EngineConfig(
         default_txn_timeout=TXN_TIMEOUT, snapshot_every=every, snapshot_interval=interval
     )
-    async with await _reopen(data, config) as engine:
+    async with await open_after_kill(data, config) as engine:
         # Before any background task has had a turn (no await yet): the recovered state.
         recovered = {t: _buffer_state(engine._topics[t].buffer) for t in TOPICS}
         left_open = {t.txn for t in await engine.transactions(state="open")}
