@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 DATA ?= ./data
 
-.PHONY: install install-serve serve test check format bench bench-peers clean
+.PHONY: install install-serve serve test test-pg check format bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ format: install
 test: install
 	$(MAKE) check
 	$(BIN)/python -m pytest
+
+# `make test` with the long engine tests on PostgreSQL too (make test runs every engine
+# suite on both stores, those few on SQLite alone; see tests/conftest.py)
+test-pg: install
+	$(MAKE) check
+	TXNSTREAM_ALL_STORES=1 $(BIN)/python -m pytest
 
 bench: install
 	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick,)

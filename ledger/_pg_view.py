@@ -37,6 +37,9 @@ class PgStoreReader(StoreReader):
                 autocommit=True,
                 application_name="txnstream-reader",
                 connect_timeout=connect_timeout,
+                # read-only for every statement: ``conn.read_only`` covers only the
+                # transactions psycopg begins, and in autocommit mode it begins none
+                options="-c default_transaction_read_only=on",
             )
         except psycopg.Error as exc:
             raise LedgerError(f"cannot connect to {redact(url)}: {exc}") from exc

@@ -15,16 +15,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from txnstream.api import (
+    DataDirLockedError,
     Engine,
     EngineConfig,
     Message,
@@ -33,6 +35,7 @@ from txnstream.api import (
     SubscriptionHandle,
     TxnId,
 )
+from txnstream.ledger import DB_FILE
 
 
 async def wait_until(
@@ -95,6 +98,47 @@ def running_server(data: Path, auth_file: Path | None = None, **options: Any) ->
         server.should_exit = True
         thread.join(timeout=40)
         assert not thread.is_alive(), "the live server did not stop"
+
+
+NewStore = Callable[[], AbstractContextManager[Path | str]]
+"""The ``new_store`` fixture: ``with new_store() as where:`` gives one more fresh store."""
+
+
+def store_per_example(max_examples: int = 100) -> settings:
+    """Hypothesis settings of a property test whose every example opens a store of its
+    own with ``new_store`` (a factory: that it is function-scoped is fine here)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+
+def store_sql(store: Path | str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement (``?`` placeholders) on a store no engine has open, as a crash or
+    an older txnstream would have left it: the SQLite file of a data directory, or the
+    database of a ``postgresql://`` URL. Returns its rows (as tuples)."""
+    if isinstance(store, str) and store.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(store, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return [tuple(row) for row in cur.fetchall()] if cur.description else []
+    with closing(sqlite3.connect(Path(store) / DB_FILE)) as db, db:
+        return db.execute(sql, params).fetchall()
+
+
+async def open_after_kill(store: Path | str, config: EngineConfig) -> Engine:
+    """Open a store whose engine was killed: on PostgreSQL once the dead engine's lease has
+    expired (nothing renews it any more; a restarted server waits just the same)."""
+    deadline = time.monotonic() + EngineConfig().lease_timeout + 15.0
+    while True:
+        try:
+            return await Engine.open(store, config)
+        except DataDirLockedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def drain(sub: SubscriptionHandle, idle: float = 0.2, limit: float = 10.0) -> list[Message]:
@@ -403,14 +447,20 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 class EngineStateMachine(RuleBasedStateMachine):
-    """Base of the stateful tests that drive one engine: its own event loop, a fresh data
-    directory, :meth:`run` with a bound, :meth:`reopen`, and a teardown that closes the
-    engine and removes both."""
+    """Base of the stateful tests that drive one engine: its own event loop, a fresh store
+    (a data directory, or one from ``new_store``: ``run_state_machine_as_test(lambda:
+    Machine(new_store))`` runs it on the test's store), :meth:`run` with a bound,
+    :meth:`reopen`, and a teardown that closes the engine and removes both."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, new_store: NewStore | None = None) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+        self._stores = ExitStack()
+        self.dir: Path | str = (
+            Path(tempfile.mkdtemp(prefix="txnstream-stateful-"))
+            if new_store is None
+            else self._stores.enter_context(new_store())
+        )
         self.config = config
         self.engine = self.run(Engine.open(self.dir, config))
 
@@ -427,7 +477,9 @@ class EngineStateMachine(RuleBasedStateMachine):
             self.run(self.engine.close())
         finally:
             self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if isinstance(self.dir, Path):
+                shutil.rmtree(self.dir, ignore_errors=True)
+            self._stores.close()
 
     @invariant()
     def internal_state_is_consistent(self) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from txnstream.api import Engine, EngineConfig
@@ -76,7 +75,7 @@ async def watch_snapshots(engine: Engine) -> None:
 
 
 async def main(
-    data: Path, timeout: float, workers: int, every: int, interval: float, writer: Any
+    data: str, timeout: float, workers: int, every: int, interval: float, writer: Any
 ) -> None:
     config = EngineConfig(
         default_txn_timeout=timeout,
@@ -95,4 +94,4 @@ async def main(
 
 if __name__ == "__main__":
     data, timeout, workers, every, interval, writer = sys.argv[1:7]
-    asyncio.run(main(Path(data), float(timeout), int(workers), int(every), float(interval), writer))
+    asyncio.run(main(data, float(timeout), int(workers), int(every), float(interval), writer))

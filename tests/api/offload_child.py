@@ -22,7 +22,6 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from txnstream.api import Engine, EngineConfig
@@ -62,7 +61,7 @@ async def step(engine: Engine, i: int) -> None:
     emit(event="done", step=i)
 
 
-async def main(data: Path, url: str, mode: str) -> None:
+async def main(data: str, url: str, mode: str) -> None:
     config = EngineConfig(offload_url=url, ledger_max_entries=8, min_free_bytes=0)
     async with Engine.open(data, config) as engine:
         await engine.create_topic("t")
@@ -90,4 +89,4 @@ async def main(data: Path, url: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), sys.argv[2], sys.argv[3]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))  # a directory or a URL

@@ -24,9 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ChildLines, drain, positions, wait_until
+from support import ChildLines, drain, open_after_kill, positions, wait_until
 
-from txnstream.api import Engine, EngineConfig, Message, Position, TxnNotFoundError
+from txnstream.api import (
+    Engine,
+    EngineConfig,
+    Message,
+    Position,
+    TxnNotFoundError,
+)
 from txnstream.txn_buffer import TxnBuffer
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -178,22 +184,37 @@ def _check_order(topic: str, delivered: list[Message]) -> None:
         last[w] = step
 
 
+async def test_sigkill_keeps_acknowledged_commits_and_never_delivers_undecided_data(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    await _sigkill_and_check(data_dir, tmp_path, 30, DEFAULT_SNAPSHOTS, "thread")
+
+
+@pytest.mark.postgresql_in_full_run  # (10 s each there; the test above covers it by default)
 @pytest.mark.parametrize(
-    ("commits", "snapshots", "writer"),
+    ("commits", "snapshots"),
     [
-        pytest.param(3, DEFAULT_SNAPSHOTS, "thread", id="early"),
-        pytest.param(30, DEFAULT_SNAPSHOTS, "thread", id="middle"),
-        pytest.param(120, DEFAULT_SNAPSHOTS, "thread", id="late"),
-        pytest.param(60, FREQUENT_SNAPSHOTS, "thread", id="snapshots"),
-        # The writer process outlives the killed child for a moment, holding the lock
-        # while it may finish a flush: the reopen below must wait for it, not fail.
-        pytest.param(60, DEFAULT_SNAPSHOTS, "process", id="writer-process"),
+        pytest.param(3, DEFAULT_SNAPSHOTS, id="early"),
+        pytest.param(120, DEFAULT_SNAPSHOTS, id="late"),
+        pytest.param(60, FREQUENT_SNAPSHOTS, id="snapshots"),
     ],
 )
-async def test_sigkill_keeps_acknowledged_commits_and_never_delivers_undecided_data(
-    tmp_path: Path, commits: int, snapshots: tuple[int, float], writer: str
+async def test_sigkill_early_late_and_after_snapshots(
+    data_dir: Path, tmp_path: Path, commits: int, snapshots: tuple[int, float]
 ) -> None:
-    data = tmp_path / "data"
+    await _sigkill_and_check(data_dir, tmp_path, commits, snapshots, "thread")
+
+
+@pytest.mark.sqlite_only("SQLite's writer process")
+async def test_sigkill_with_the_writer_process(data_dir: Path, tmp_path: Path) -> None:
+    """The writer process outlives the killed child for a moment, holding the lock while
+    it may finish a flush: the reopen must wait for it, not fail."""
+    await _sigkill_and_check(data_dir, tmp_path, 60, DEFAULT_SNAPSHOTS, "process")
+
+
+async def _sigkill_and_check(
+    data: Path, tmp_path: Path, commits: int, snapshots: tuple[int, float], writer: str
+) -> None:
     run = await asyncio.to_thread(
         run_child_until_commits, data, commits, snapshots, tmp_path / "child.log", writer
     )
@@ -206,7 +227,7 @@ async def test_sigkill_keeps_acknowledged_commits_and_never_delivers_undecided_d
     config = EngineConfig(
         default_txn_timeout=TXN_TIMEOUT, snapshot_every=every, snapshot_interval=interval
     )
-    async with Engine.open(data, config) as engine:
+    async with await open_after_kill(data, config) as engine:
         # Before any background task has had a turn (no await yet): the recovered state.
         recovered = {t: _buffer_state(engine._rt.topics[t].buffer) for t in TOPICS}
         left_open = {t.txn for t in await engine.transactions(state="open")}

@@ -11,11 +11,11 @@ import pytest
 from txnstream.api import Engine, EngineConfig, RetentionPolicy
 
 
-async def test_the_default_applies_to_topics_without_their_own(tmp_path: Path) -> None:
+async def test_the_default_applies_to_topics_without_their_own(data_dir: Path) -> None:
     config = EngineConfig(
         ledger_max_entries=2, default_retention=RetentionPolicy(max_bytes=0, require_ack=False)
     )
-    async with Engine.open(tmp_path / "data", config) as engine:
+    async with Engine.open(data_dir, config) as engine:
         for name in ("plain", "kept"):
             await engine.create_topic(name)
             await engine.send_many(name, list(range(6)))

@@ -7,13 +7,14 @@ refuses is refused."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from support import NewStore, store_per_example
 
 from txnstream.api import (
     Engine,
@@ -48,11 +49,13 @@ _op = st.one_of(
 Log = dict[str, list[tuple[str, int | None, int | None]]]
 
 
-async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log, Log]:
+async def _run(
+    new_store: NewStore, program: list[tuple[object, ...]], ends: list[bool]
+) -> tuple[Log, Log]:
     """Run ``program`` in one coroutine; return (the stored logs, the model's)."""
     config = EngineConfig(ledger_max_entries=5, max_message_bytes=LIMIT)
     model: Log = {t: [] for t in TOPICS}
-    with tempfile.TemporaryDirectory() as tmp:
+    with new_store() as tmp:
         async with Engine.open(tmp, config) as engine:
             for topic in TOPICS:
                 await engine.create_topic(topic)
@@ -162,7 +165,9 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
     return stored, model
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
+@pytest.mark.timeout(300)
+@store_per_example(60)
 @example(  # another transaction's send comes between two of the fast path's
     program=[
         ("burst", 0, "a", 2),
@@ -181,9 +186,9 @@ async def _run(program: list[tuple[object, ...]], ends: list[bool]) -> tuple[Log
     ends=st.lists(st.booleans(), min_size=TXNS, max_size=TXNS),
 )
 async def test_the_log_is_what_the_calls_made_in_call_order(
-    program: list[tuple[object, ...]], ends: list[bool]
+    new_store: NewStore, program: list[tuple[object, ...]], ends: list[bool]
 ) -> None:
-    stored, model = await _run(program, ends)
+    stored, model = await _run(new_store, program, ends)
     assert stored == model
 
 
@@ -247,15 +252,14 @@ async def test_a_send_to_a_deleted_topic_is_refused(engine: Engine) -> None:
         await txn.send("t", 3)
 
 
-async def test_held_back_sends_wait_and_keep_their_order() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        async with Engine.open(tmp, EngineConfig(max_pending_entries=16)) as engine:
-            await engine.create_topic("t")
-            txn: Transaction = await engine.begin()
-            for value in range(100):
-                await txn.send("t", value)
-            await txn.send("t", 0, key="last")
-            await txn.commit()
-            fetched = await engine.fetch("t", None, max=1000)
-            data = [(e.value, e.key) for e in fetched.entries if e.kind == "data"]
-            assert data == [(v, None) for v in range(100)] + [(0, "last")]
+async def test_held_back_sends_wait_and_keep_their_order(data_dir: Path) -> None:
+    async with Engine.open(data_dir, EngineConfig(max_pending_entries=16)) as engine:
+        await engine.create_topic("t")
+        txn: Transaction = await engine.begin()
+        for value in range(100):
+            await txn.send("t", value)
+        await txn.send("t", 0, key="last")
+        await txn.commit()
+        fetched = await engine.fetch("t", None, max=1000)
+        data = [(e.value, e.key) for e in fetched.entries if e.kind == "data"]
+        assert data == [(v, None) for v in range(100)] + [(0, "last")]

@@ -97,11 +97,11 @@ async def test_a_failed_open_releases_nothing_it_did_not_take(tmp_path: Path) ->
     assert gc.isenabled()
 
 
-async def test_the_hot_paths_leave_no_garbage_for_the_cyclic_collector(tmp_path: Path) -> None:
+async def test_the_hot_paths_leave_no_garbage_for_the_cyclic_collector(data_dir: Path) -> None:
     """Sends, transactions, mass ends, batches, receives and acks free what they made by
     reference counting: nothing waits for a full collection (a collection walks the live
     state, so garbage cycles per commit become event-loop stalls and memory)."""
-    async with Engine.open(tmp_path / "d", EngineConfig()) as engine:
+    async with Engine.open(data_dir, EngineConfig()) as engine:
         await engine.create_topic("t")
         await engine.create_topic("u")
         exclusive = await engine.subscribe("t", "x", initial_position="earliest")
@@ -138,12 +138,12 @@ async def test_the_hot_paths_leave_no_garbage_for_the_cyclic_collector(tmp_path:
     assert leftovers == []
 
 
-async def test_a_new_topic_gives_the_collector_few_objects_to_walk(tmp_path: Path) -> None:
+async def test_a_new_topic_gives_the_collector_few_objects_to_walk(data_dir: Path) -> None:
     """Topics created while an engine is open stay in the collected generations until the
     next open; each one that has seen no transaction is a handful of tracked objects (a
     sorted container each for open and aborted transactions would be ~11 more), so ten
     thousand of them keep a full collection short."""
-    async with Engine.open(tmp_path, EngineConfig(durability="normal")) as engine:
+    async with Engine.open(data_dir, EngineConfig(durability="normal")) as engine:
         await engine.create_topic("warm-up")
         await engine.send("warm-up", b"x")
         gc.collect()

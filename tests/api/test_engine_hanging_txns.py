@@ -85,6 +85,7 @@ def _z(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@pytest.mark.postgresql_in_full_run  # (5,000 transactions one after another)
 async def test_ended_transactions_leave_the_deadline_heap_and_timeouts_still_fire(
     data_dir: Path,
 ) -> None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 
 import pytest
-from support import drain, make_topics, positions, values
+from support import drain, make_topics, positions, store_sql, values
 
 from txnstream.api import ClosedError, Engine, EngineConfig, TxnNotFoundError
-from txnstream.ledger import DB_FILE
 
 
 async def test_open_works_awaited_and_as_context_manager(data_dir: Path) -> None:
@@ -108,11 +106,8 @@ async def test_clean_close_seals_the_open_ledger_and_a_crash_still_counts_it(
     async with Engine.open(data_dir) as engine:
         await make_topics(engine, "t")
         await engine.send_many("t", sent)
-    with sqlite3.connect(data_dir / DB_FILE) as db:
-        rows = db.execute("SELECT ledger_id, entries FROM ledgers").fetchall()
-        assert rows == [(0, 5)]
-        db.execute("UPDATE ledgers SET entries = NULL, bytes = NULL")  # as if it crashed
-    db.close()
+    assert store_sql(data_dir, "SELECT ledger_id, entries FROM ledgers") == [(0, 5)]
+    store_sql(data_dir, "UPDATE ledgers SET entries = NULL, bytes = NULL")  # as if it crashed
     for round_ in range(2):
         async with Engine.open(data_dir) as engine:
             assert (await engine.stats("t"))["entries"] == 5

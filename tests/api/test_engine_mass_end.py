@@ -53,8 +53,8 @@ async def open_engine(path: Path) -> Engine:
     return engine
 
 
-async def test_a_large_finish_commits_and_aborts_every_listed_transaction(tmp_path: Path) -> None:
-    engine = await open_engine(tmp_path / "d")
+async def test_a_large_finish_commits_and_aborts_every_listed_transaction(data_dir: Path) -> None:
+    engine = await open_engine(data_dir)
     txns = await begin_many(engine, COUNT)
     commit = {i for i in range(COUNT) if i % 3 == 0}
     result = await engine.finish(
@@ -68,7 +68,7 @@ async def test_a_large_finish_commits_and_aborts_every_listed_transaction(tmp_pa
         assert info.state == ("committed" if i in commit else "aborted")
     assert await delivered(engine, "before") == expected(commit)
     await engine.close()
-    engine = await open_engine(tmp_path / "d")
+    engine = await open_engine(data_dir)
     try:
         assert await delivered(engine, "after") == expected(commit)
         assert (await engine.stats("left"))["open_txns"] == 0
@@ -77,9 +77,9 @@ async def test_a_large_finish_commits_and_aborts_every_listed_transaction(tmp_pa
 
 
 async def test_a_finish_cut_after_its_decision_is_completed_by_recovery(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = await open_engine(tmp_path / "d")
+    engine = await open_engine(data_dir)
     txns = await begin_many(engine, COUNT)
     commit = {i for i in range(COUNT) if i % 2 == 0}
 
@@ -94,7 +94,7 @@ async def test_a_finish_cut_after_its_decision_is_completed_by_recovery(
         )
     monkeypatch.undo()
     await engine.close()  # no marker was written: the topics still hold them open
-    engine = await open_engine(tmp_path / "d")
+    engine = await open_engine(data_dir)
     try:
         assert await delivered(engine, "after") == expected(commit)
         for i in (0, 1, COUNT - 2, COUNT - 1):
@@ -105,8 +105,8 @@ async def test_a_finish_cut_after_its_decision_is_completed_by_recovery(
         await engine.close()
 
 
-async def test_a_mass_timeout_aborts_them_all_and_the_topic_moves_on(tmp_path: Path) -> None:
-    engine = await open_engine(tmp_path / "d")
+async def test_a_mass_timeout_aborts_them_all_and_the_topic_moves_on(data_dir: Path) -> None:
+    engine = await open_engine(data_dir)
     try:
         txns = await begin_many(engine, COUNT, timeout=0.5)
         after = await engine.begin()

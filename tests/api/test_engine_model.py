@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -21,9 +22,10 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 from hypothesis.strategies import DataObject
-from support import EngineStateMachine
+from support import EngineStateMachine, NewStore
 
 from txnstream.api import EngineConfig, Position, Transaction, TxnId, TxnNotOpenError
 from txnstream.ledger import WriteBatch
@@ -76,9 +78,10 @@ class Model:
 class EngineMachine(EngineStateMachine):
     txns = Bundle("txns")
 
-    def __init__(self) -> None:
+    def __init__(self, new_store: NewStore | None = None) -> None:
         # Periodic snapshots stay out of the way; the rule takes them at random moments.
-        super().__init__(EngineConfig(ledger_max_entries=7, snapshot_interval=3600.0))
+        config = EngineConfig(ledger_max_entries=7, snapshot_interval=3600.0)
+        super().__init__(config, new_store)
         self.model = Model()
         self.next_value = 0
         self.delivered: dict[str, list[int]] = {t: [] for t in TOPICS}
@@ -267,7 +270,10 @@ class EngineMachine(EngineStateMachine):
             self.run(handle.ack(last, cumulative=True))
 
 
-EngineMachine.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=25, deadline=None, derandomize=True
-)
-TestEngineAgainstModel = EngineMachine.TestCase
+@pytest.mark.postgresql_in_full_run  # (40 runs of 25 steps, each run a store of its own)
+@pytest.mark.timeout(600)
+def test_engine_against_model(new_store: NewStore) -> None:
+    run_state_machine_as_test(
+        lambda: EngineMachine(new_store),
+        settings=settings(max_examples=40, stateful_step_count=25, deadline=None, derandomize=True),
+    )

@@ -124,9 +124,9 @@ def metric(text: str, name: str) -> float:
 
 
 async def test_offloaded_ledgers_read_exactly_like_local_ones(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    data = tmp_path / "data"
+    data = data_dir
     async with Engine.open(data, config(offload_url)) as engine:
         await build_history(engine, "t")
         before = await observe(engine, "t", "before")
@@ -159,9 +159,9 @@ async def test_offloaded_ledgers_read_exactly_like_local_ones(
 
 
 async def test_only_decided_sealed_ledgers_go_and_the_newest_stay(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    async with Engine.open(tmp_path / "data", config(offload_url)) as engine:
+    async with Engine.open(data_dir, config(offload_url)) as engine:
         await engine.create_topic("t")
         await engine.send_many("t", list(range(LEDGER)))  # ledger 0
         txn = await engine.begin()
@@ -178,9 +178,9 @@ async def test_only_decided_sealed_ledgers_go_and_the_newest_stay(
         assert got == [*range(LEDGER), "open", *range(3 * LEDGER)]
 
 
-async def test_background_pass_follows_the_policy(tmp_path: Path) -> None:
+async def test_background_pass_follows_the_policy(data_dir: Path, tmp_path: Path) -> None:
     url = (tmp_path / "objects").as_uri()
-    async with Engine.open(tmp_path / "data", config(url, offload_check_interval=0.05)) as engine:
+    async with Engine.open(data_dir, config(url, offload_check_interval=0.05)) as engine:
         await engine.create_topic("t")
         await engine.send_many("t", list(range(4 * LEDGER + 1)))
         await asyncio.sleep(0.2)
@@ -201,9 +201,9 @@ async def test_background_pass_follows_the_policy(tmp_path: Path) -> None:
 
 
 async def test_kip1058_index_fetches_grow_by_exactly_the_ledgers_with_aborts(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    async with Engine.open(tmp_path / "data", config(offload_url)) as engine:
+    async with Engine.open(data_dir, config(offload_url)) as engine:
         await engine.create_topic("t")
         await engine.create_topic("clean")
         with_aborts = {1, 4, 5}
@@ -256,9 +256,9 @@ async def test_kip1058_index_fetches_grow_by_exactly_the_ledgers_with_aborts(
 
 
 async def test_the_parquet_files_hold_the_committed_view(
-    tmp_path: Path, offload_url: str, request: pytest.FixtureRequest
+    data_dir: Path, offload_url: str, request: pytest.FixtureRequest
 ) -> None:
-    async with Engine.open(tmp_path / "data", config(offload_url)) as engine:
+    async with Engine.open(data_dir, config(offload_url)) as engine:
         await build_history(engine, "t")
         await engine.offload("t")
         remote = [i for i in await engine.list_ledgers("t") if i["location"] == "remote"]
@@ -283,9 +283,9 @@ async def test_the_parquet_files_hold_the_committed_view(
 
 
 async def test_retention_and_deletion_remove_remote_objects(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    async with Engine.open(tmp_path / "data", config(offload_url)) as engine:
+    async with Engine.open(data_dir, config(offload_url)) as engine:
         await build_history(engine, "t")
         offloaded = await engine.offload("t")
         await engine.set_retention("t", max_bytes=0, require_ack=False)
@@ -309,9 +309,9 @@ async def test_retention_and_deletion_remove_remote_objects(
 
 
 async def test_orphan_objects_are_removed_by_the_next_pass(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    data = tmp_path / "data"
+    data = data_dir
     async with Engine.open(data, config(offload_url)) as engine:
         await engine.create_topic("t")
         await engine.send_many("t", list(range(2 * LEDGER)))
@@ -342,9 +342,9 @@ async def test_orphan_objects_are_removed_by_the_next_pass(
 
 
 async def test_consumers_keep_reading_while_ledgers_switch_tiers(
-    tmp_path: Path, offload_url: str
+    data_dir: Path, offload_url: str
 ) -> None:
-    async with Engine.open(tmp_path / "data", config(offload_url)) as engine:
+    async with Engine.open(data_dir, config(offload_url)) as engine:
         await engine.create_topic("t")
         total = 30 * LEDGER
         await engine.send_many("t", list(range(total)))
@@ -367,8 +367,8 @@ async def test_consumers_keep_reading_while_ledgers_switch_tiers(
             assert got == list(range(total))
 
 
-async def test_offloading_needs_an_offload_url(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path / "data", config(None)) as engine:
+async def test_offloading_needs_an_offload_url(data_dir: Path) -> None:
+    async with Engine.open(data_dir, config(None)) as engine:
         await engine.create_topic("t")
         with pytest.raises(OffloadNotConfiguredError):
             await engine.offload("t")

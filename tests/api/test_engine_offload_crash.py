@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ChildLines, drain
+from support import ChildLines, drain, open_after_kill
 
-from txnstream.api import Engine, EngineConfig
+from txnstream.api import EngineConfig
 from txnstream.ledger import OffloadStore, sidecar_url
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,16 +62,18 @@ def run_child(data: Path, url: str, mode: str, log: Path) -> list[dict[str, Any]
     return events
 
 
-async def test_kill_between_upload_and_switch(tmp_path: Path, offload_url: str) -> None:
-    await recover_and_check(tmp_path, offload_url, "pause")
+async def test_kill_between_upload_and_switch(
+    data_dir: Path, tmp_path: Path, offload_url: str
+) -> None:
+    await recover_and_check(data_dir, tmp_path, offload_url, "pause")
 
 
-async def test_kill_while_writing_and_offloading(tmp_path: Path) -> None:
-    await recover_and_check(tmp_path, (tmp_path / "objects").as_uri(), "run")
+@pytest.mark.postgresql_in_full_run  # (a child run and a lease expiry: the test above covers it)
+async def test_kill_while_writing_and_offloading(data_dir: Path, tmp_path: Path) -> None:
+    await recover_and_check(data_dir, tmp_path, (tmp_path / "objects").as_uri(), "run")
 
 
-async def recover_and_check(tmp_path: Path, offload_url: str, mode: str) -> None:
-    data = tmp_path / "data"
+async def recover_and_check(data: Path, tmp_path: Path, offload_url: str, mode: str) -> None:
     events = run_child(data, offload_url, mode, tmp_path / "child.log")
     plans = {e["step"]: e for e in events if e["event"] == "plan"}
     done = {e["step"] for e in events if e["event"] == "done"}
@@ -81,7 +83,7 @@ async def recover_and_check(tmp_path: Path, offload_url: str, mode: str) -> None
     assert len(acked) > 20
 
     config = EngineConfig(offload_url=offload_url, ledger_max_entries=8, min_free_bytes=0)
-    async with Engine.open(data, config) as engine:
+    async with await open_after_kill(data, config) as engine:
         store = OffloadStore()
 
         async def check() -> list[str]:

@@ -7,8 +7,8 @@ from pathlib import Path
 from txnstream.api import Engine, EngineConfig, RecoverySummary
 
 
-async def test_recovery_summary_counts_topics_replay_and_snapshots(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+async def test_recovery_summary_counts_topics_replay_and_snapshots(data_dir: Path) -> None:
+    data = data_dir
     config = EngineConfig(min_free_bytes=0)
     async with Engine.open(data, config) as engine:
         assert engine.recovery is not None

@@ -19,9 +19,9 @@ def _later_than(moment: datetime) -> None:
     wait_for(lambda: time.time() * 1000 > moment.timestamp() * 1000 + 1, 5, "the clock")
 
 
-async def test_seek_and_fetch_by_publish_time(tmp_path: Path) -> None:
+async def test_seek_and_fetch_by_publish_time(data_dir: Path) -> None:
     # Ledgers of 3 entries: the search crosses ledger boundaries.
-    async with Engine.open(tmp_path / "data", EngineConfig(ledger_max_entries=3)) as engine:
+    async with Engine.open(data_dir, EngineConfig(ledger_max_entries=3)) as engine:
         await engine.create_topic("t")
         await engine.send_many("t", ["a", "b", "c", "d"])
         sub = await engine.subscribe("t", "s")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import drain
+from support import NewStore, drain, store_per_example
 
 from txnstream.api import (
     Engine,
@@ -70,9 +68,13 @@ async def test_nothing_is_stored_unless_everything_is(
     assert await engine.send_batch([("orders", 1)]) == [Position(0, 0)]
 
 
+@pytest.mark.postgresql_in_full_run  # (100 examples, each a store of its own)
+@store_per_example()
 @given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=30))
-async def test_each_topic_gets_its_items_contiguously_in_order(names: list[str]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+async def test_each_topic_gets_its_items_contiguously_in_order(
+    new_store: NewStore, names: list[str]
+) -> None:
+    with new_store() as tmp:
         async with Engine.open(tmp) as engine:
             for name in ("a", "b", "c"):
                 await engine.create_topic(name)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
-from support import drain, make_topics, positions, values, wait_until
+from support import NewStore, drain, make_topics, positions, store_per_example, values, wait_until
 
 from txnstream.api import Engine, EngineConfig, Position
 
@@ -247,19 +246,21 @@ _steps = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
+@pytest.mark.timeout(300)
+@store_per_example(60)
 @given(_steps, st.integers(0, 6))
 # an aborted transaction whose data lies below the stable position (held by transaction
 # 1) and whose marker is two ledgers on
 @example([(0, "send"), (1, "send"), *[(None, "send")] * 5, (0, "abort")], 0)
 async def test_backlog_is_what_a_read_committed_consumer_would_get(
-    steps: list[tuple[int | None, str]], ack_every: int
+    new_store: NewStore, steps: list[tuple[int | None, str]], ack_every: int
 ) -> None:
     """The backlog count leaves out aborted data by the aborted set, and delivery filters
     it by the same set row by row: with transactions interleaved across small ledgers
     (aborted ones spanning ledgers), some left open, and some messages acknowledged, the
     backlog is what a second read_committed subscription delivers minus the acks."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with new_store() as tmp:
         async with Engine.open(tmp, EngineConfig(ledger_max_entries=3)) as engine:
             await engine.create_topic("t")
             counted = await engine.subscribe("t", "counted")

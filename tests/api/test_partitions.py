@@ -43,8 +43,8 @@ def test_the_partitioner_is_kafkas() -> None:
     assert partition_for_key("é", 1000) == partition_for_key("\u00e9", 1000)  # UTF-8 bytes
 
 
-async def test_produce_routes_by_key_and_round_robin(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path) as engine:
+async def test_produce_routes_by_key_and_round_robin(data_dir: Path) -> None:
+    async with Engine.open(data_dir) as engine:
         assert await engine.create_topic("orders", partitions=4) is True
         keys = [f"customer-{i}" for i in range(20)]
         result = await engine.produce("orders", [OutgoingMessage(k, key=k) for k in keys])
@@ -75,8 +75,8 @@ async def test_produce_routes_by_key_and_round_robin(tmp_path: Path) -> None:
             await engine.produce("orders", [OutgoingMessage(1)], producer="p", sequence=0)
 
 
-async def test_create_conflicts_and_limits(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path) as engine:
+async def test_create_conflicts_and_limits(data_dir: Path) -> None:
+    async with Engine.open(data_dir) as engine:
         assert await engine.create_topic("p", partitions=2) is True
         assert await engine.create_topic("p", partitions=2) is False
         with pytest.raises(ConflictError):
@@ -99,8 +99,8 @@ async def test_create_conflicts_and_limits(tmp_path: Path) -> None:
             await engine.delete_topic("p-partition-0")
 
 
-async def test_a_subscription_on_the_parent_covers_every_partition(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path) as engine:
+async def test_a_subscription_on_the_parent_covers_every_partition(data_dir: Path) -> None:
+    async with Engine.open(data_dir) as engine:
         await engine.create_topic("events", partitions=3)
         sub = await engine.subscribe("events", "audit")
         sent = await engine.produce("events", [OutgoingMessage(i, key=f"k{i}") for i in range(30)])
@@ -145,13 +145,13 @@ async def test_a_subscription_on_the_parent_covers_every_partition(tmp_path: Pat
 
 
 async def test_the_partition_count_survives_a_restart_and_delete_takes_all(
-    tmp_path: Path,
+    data_dir: Path,
 ) -> None:
-    async with Engine.open(tmp_path) as engine:
+    async with Engine.open(data_dir) as engine:
         await engine.create_topic("clicks", partitions=3)
         await engine.create_topic("other")
         await engine.produce("clicks", [OutgoingMessage(1, key="a")])
-    async with Engine.open(tmp_path) as engine:
+    async with Engine.open(data_dir) as engine:
         assert await engine.partitioned_topics() == {"clicks": 3}
         stats = await engine.stats("clicks")
         assert stats["partition_count"] == 3
@@ -167,7 +167,7 @@ async def test_the_partition_count_survives_a_restart_and_delete_takes_all(
         }
         await engine.delete_topic("clicks")
         assert await engine.list_topics() == ["other"]
-    async with Engine.open(tmp_path) as engine:
+    async with Engine.open(data_dir) as engine:
         assert await engine.partitioned_topics() == {}
         assert await engine.list_topics() == ["other"]
         with pytest.raises(TopicNotFoundError):
@@ -175,11 +175,12 @@ async def test_the_partition_count_survives_a_restart_and_delete_takes_all(
         assert await engine.create_topic("clicks", partitions=2) is True  # free again
 
 
-async def test_a_version_5_data_directory_migrates(tmp_path: Path) -> None:
-    async with Engine.open(tmp_path) as engine:
+@pytest.mark.sqlite_only("migrates a SQLite file an older txnstream wrote")
+async def test_a_version_5_data_directory_migrates(data_dir: Path) -> None:
+    async with Engine.open(data_dir) as engine:
         await engine.create_topic("old")
         await engine.send("old", 1)
-    with sqlite3.connect(tmp_path / DB_FILE) as db:  # as the previous txnstream left it
+    with sqlite3.connect(data_dir / DB_FILE) as db:  # as the previous txnstream left it
         db.execute("DROP TABLE partitioned_topics")
         # (and what schema 7 added: consumer policies)
         db.execute("ALTER TABLE topics DROP COLUMN ttl_ms")
@@ -188,11 +189,11 @@ async def test_a_version_5_data_directory_migrates(tmp_path: Path) -> None:
         db.execute("DROP TABLE delivery_times")
         db.execute("PRAGMA user_version = 5")
     db.close()
-    async with Engine.open(tmp_path) as engine:
+    async with Engine.open(data_dir) as engine:
         assert await engine.list_topics() == ["old"]
         assert await engine.create_topic("new", partitions=2) is True
-    async with Engine.open(tmp_path) as engine:
+    async with Engine.open(data_dir) as engine:
         assert await engine.partitioned_topics() == {"new": 2}
-    with sqlite3.connect(tmp_path / DB_FILE) as db:
+    with sqlite3.connect(data_dir / DB_FILE) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     db.close()

@@ -1,9 +1,7 @@
-"""The engine on a PostgreSQL store: the quickstart, transaction (restarts included),
-idempotent producer and stable position suites again, with ``data_dir`` (which the
-``engine`` fixture opens) a fresh database of a real cluster; and what only a shared
-database has: one engine per store, the lease released on close, no split brain after a
-takeover, and a PostgreSQL failover (a synchronous replica promoted) that loses nothing
-acknowledged."""
+"""What only the PostgreSQL store has (the engine's behavioural suites run on it through
+the ``store_kind`` parameter of ``data_dir``, ``tests/conftest.py``): one engine per store, the
+lease released on close, no split brain after a takeover, and a PostgreSQL failover (a
+synchronous replica promoted) that loses nothing acknowledged."""
 
 from __future__ import annotations
 
@@ -14,30 +12,21 @@ import psycopg
 import pytest
 from pg_support import Cluster
 from support import wait_until
-from test_engine_idempotent_producer import *  # noqa: F403 - the same tests, on PostgreSQL
-from test_engine_quickstart import *  # noqa: F403
-from test_engine_stable_position import *  # noqa: F403
-from test_engine_transactions import *  # noqa: F403
 
 from txnstream.api import DataDirLockedError, Engine, EngineError, InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def data_dir(pg_url: str) -> str:  # (the tests' annotation says Path: Engine.open takes both)
-    return pg_url
-
-
 async def test_a_second_engine_on_the_store_is_refused_while_the_first_runs(
-    data_dir: str,
+    pg_url: str,
 ) -> None:
-    async with Engine.open(data_dir) as first:
+    async with Engine.open(pg_url) as first:
         await first.create_topic("t")
         await first.send("t", "before")
         with pytest.raises(DataDirLockedError, match="is served by"):
-            await Engine.open(data_dir)
-    async with Engine.open(data_dir) as second:  # closing released the lease
+            await Engine.open(pg_url)
+    async with Engine.open(pg_url) as second:  # closing released the lease
         sub = await second.subscribe("t", "s")
         assert [m.value for m in await sub.receive(max=10, timeout=0)] == ["before"]
 
@@ -48,22 +37,16 @@ async def test_a_store_url_the_engine_does_not_know_is_refused(url: str) -> None
         await Engine.open(url)
 
 
-async def test_the_suites_here_run_on_postgresql(engine: Engine) -> None:
-    assert engine.store_url is not None
-    assert type(engine._rt.store).__name__ == "PgStore"
-    assert not engine.path.is_absolute()  # no data directory was made
-
-
-async def test_an_engine_whose_lease_was_taken_over_writes_nothing_more(data_dir: str) -> None:
+async def test_an_engine_whose_lease_was_taken_over_writes_nothing_more(pg_url: str) -> None:
     """No split brain: an engine paused past its lease (its lease expired, another engine
     took the store over) fails its next write and nothing of it becomes visible; it
     recovers as a standby does, retrying until the lease is free, then serves again."""
-    async with Engine.open(data_dir) as a:
+    async with Engine.open(pg_url) as a:
         await a.create_topic("t")
         await a.send("t", "a1")
-        async with await psycopg.AsyncConnection.connect(data_dir, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
             await conn.execute("UPDATE leases SET expires_at = clock_timestamp()")  # expired
-        async with Engine.open(data_dir) as b:  # takes the store over: epoch 2
+        async with Engine.open(pg_url) as b:  # takes the store over: epoch 2
             with pytest.raises(EngineError):
                 await a.send("t", "a2")
             assert a.health().status == "recovering"
@@ -133,3 +116,9 @@ async def test_a_postgresql_failover_keeps_every_acknowledged_write(
 
 async def _at_least(items: list[int], n: int) -> bool:
     return len(items) >= n
+
+
+async def test_the_store_parameter_opens_each_store(engine: Engine, store_kind: str) -> None:
+    """The ``[postgresql]`` runs of the behavioural suites really are on PostgreSQL."""
+    assert (engine.store_url is not None) == (store_kind == "postgresql")
+    assert (type(engine._rt.store).__name__ == "PgStore") == (store_kind == "postgresql")

@@ -9,10 +9,11 @@ deliverable values in log order; after a seek, delivery starts again from there.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
-from support import EngineStateMachine
+from hypothesis.stateful import invariant, precondition, rule, run_state_machine_as_test
+from support import EngineStateMachine, NewStore
 
 from txnstream.api import EngineConfig, Message, Position
 
@@ -20,8 +21,8 @@ TOPIC = "t"
 
 
 class OrderedDelivery(EngineStateMachine):
-    def __init__(self) -> None:
-        super().__init__(EngineConfig(ledger_max_entries=9, snapshot_interval=3600.0))
+    def __init__(self, new_store: NewStore | None = None) -> None:
+        super().__init__(EngineConfig(ledger_max_entries=9, snapshot_interval=3600.0), new_store)
         self.next_value = 0
         # the deliverable values in log order with their positions (values grow with
         # positions: one writer), the index of the next one never delivered, the values
@@ -131,7 +132,10 @@ class OrderedDelivery(EngineStateMachine):
         assert self.delivered <= len(self.log)
 
 
-OrderedDelivery.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, derandomize=True
-)
-TestOrderedDeliveryAgainstModel = OrderedDelivery.TestCase
+@pytest.mark.postgresql_in_full_run  # (60 runs of 30 steps, each run a store of its own)
+@pytest.mark.timeout(600)
+def test_ordered_delivery_against_model(new_store: NewStore) -> None:
+    run_state_machine_as_test(
+        lambda: OrderedDelivery(new_store),
+        settings=settings(max_examples=60, stateful_step_count=30, deadline=None, derandomize=True),
+    )

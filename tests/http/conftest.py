@@ -1,6 +1,7 @@
 """Fixtures for the HTTP tests (the session server, ``server_url``, is in ``tests/conftest.py``).
 
-- ``client``: an ``httpx.AsyncClient`` on the live server.
+- ``client``: an ``httpx.AsyncClient`` on the live server of the test's store (each test
+  that takes it runs on both stores: ``store_kind`` in ``tests/conftest.py``).
 - ``ServeProcess``: a real ``python -m txnstream serve`` subprocess, for restart and SIGTERM
   tests that need their own data directory.
 """
@@ -30,7 +31,9 @@ def _healthy(url: str) -> bool:
 
 
 @pytest.fixture
-async def client(base_url: str) -> Any:
+async def client(store_kind: str, request: pytest.FixtureRequest) -> Any:
+    """A client of the session server on the test's store (``[sqlite]``, ``[postgresql]``)."""
+    base_url = request.getfixturevalue("server_url" if store_kind == "sqlite" else "pg_server_url")
     async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
         yield http
 

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from support import store_sql
 
 from txnstream.api import Engine, EngineConfig, Position
 from txnstream.ledger import DB_FILE
@@ -55,9 +56,8 @@ async def test_offsets_continue_across_clean_and_crashed_restarts(data_dir: Path
         [position] = (await engine.produce_values("t", ["c"])).positions
         assert position.ledger_id == 1
         assert engine.offset_of("t", position) == 2
-    with sqlite3.connect(data_dir / DB_FILE) as db:  # the last ledger left open, as by a crash
-        db.execute("UPDATE ledgers SET entries = NULL, bytes = NULL WHERE ledger_id = 1")
-    db.close()
+    # the last ledger left open, as by a crash
+    store_sql(data_dir, "UPDATE ledgers SET entries = NULL, bytes = NULL WHERE ledger_id = 1")
     async with Engine.open(data_dir, SMALL) as engine:
         [position] = (await engine.produce_values("t", ["d"])).positions
         assert engine.offset_of("t", position) == 3
@@ -89,6 +89,7 @@ async def test_retention_moves_the_log_start_and_keeps_the_other_offsets(
         assert engine.offset_of("t", position) == 7
 
 
+@pytest.mark.sqlite_only("migrates a SQLite file an older txnstream wrote")
 async def test_a_version_4_data_directory_gets_its_offsets_on_migration(data_dir: Path) -> None:
     async with Engine.open(data_dir, SMALL) as engine:
         await engine.create_topic("t")

@@ -30,6 +30,7 @@ def _real(path: Path) -> str:
     return str(path.resolve())
 
 
+@pytest.mark.sqlite_only("the directory lock (the PostgreSQL lease: tests/api/test_pg_engine.py)")
 async def test_a_second_engine_in_the_same_process_is_refused(data_dir: Path) -> None:
     where = _real(data_dir)
     async with Engine.open(data_dir) as engine:

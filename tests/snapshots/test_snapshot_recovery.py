@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from snapshot_format1 import encode_v1, segment_v1
+from support import store_sql
 
 import txnstream.snapshots._store as snapshot_store
 from txnstream.api import Engine, EngineConfig, Position, SubscriptionHandle
-from txnstream.api._engine import DB_FILE
 from txnstream.ledger import unpack
 from txnstream.snapshots import TxnBufferSnapshot, full_replay
 from txnstream.txn_buffer import TxnBuffer
@@ -74,11 +74,10 @@ async def test_recovery_from_sealed_segments_equals_full_replay(
 
 
 def _versions(data_dir: Path) -> set[int]:
-    with sqlite3.connect(data_dir / DB_FILE) as conn:
-        blobs = conn.execute(
-            "SELECT data FROM snapshots UNION ALL SELECT data FROM snapshot_segments"
-        ).fetchall()
-    return {unpack(blob)[0] for (blob,) in blobs}
+    blobs = store_sql(
+        data_dir, "SELECT data FROM snapshots UNION ALL SELECT data FROM snapshot_segments"
+    )
+    return {unpack(bytes(blob))[0] for (blob,) in blobs}
 
 
 async def test_snapshots_of_format_1_are_still_recovered_from(
@@ -125,32 +124,47 @@ async def test_tail_after_the_snapshot_is_replayed(data_dir: Path) -> None:
         await _assert_equivalent(engine)
 
 
-def _corrupt(data_dir: Path, sql: str) -> None:
-    with sqlite3.connect(data_dir / DB_FILE) as conn:
-        assert conn.execute(sql).rowcount > 0
+def _damage_newest(store: Path) -> None:
+    [(newest, data)] = store_sql(
+        store, "SELECT snapshot_id, data FROM snapshots ORDER BY snapshot_id DESC LIMIT 1"
+    )
+    damaged = bytes(data)[:20] + b"\x00\xff\x00\xff"
+    store_sql(store, "UPDATE snapshots SET data = ? WHERE snapshot_id = ?", (damaged, newest))
+
+
+def _damage(table: str, sql: str, *params: object) -> Callable[[Path], None]:
+    def damage(store: Path) -> None:
+        assert store_sql(store, f"SELECT count(*) FROM {table}")[0][0] > 0  # there to damage
+        store_sql(store, sql, params)
+
+    return damage
 
 
 @pytest.mark.parametrize(
     ("damage", "from_snapshot"),
     [
         # newest snapshot damaged: the previous one is used, then a longer tail
-        (
-            "UPDATE snapshots SET data = CAST(substr(data, 1, 20) || x'00ff00ff' AS BLOB)"
-            " WHERE snapshot_id = (SELECT max(snapshot_id) FROM snapshots)",
-            True,
-        ),
+        (_damage_newest, True),
         # every snapshot damaged: full replay
-        ("UPDATE snapshots SET data = x'c1'", False),
+        (_damage("snapshots", "UPDATE snapshots SET data = ?", b"\xc1"), False),
         # a sealed segment both snapshots need is damaged: full replay
-        ("UPDATE snapshot_segments SET data = x'00' WHERE segment_id = 0", False),
-        ("DELETE FROM snapshot_segments", False),
+        (
+            _damage(
+                "snapshot_segments",
+                "UPDATE snapshot_segments SET data = ? WHERE segment_id = 0",
+                b"\x00",
+            ),
+            False,
+        ),
+        (_damage("snapshot_segments", "DELETE FROM snapshot_segments"), False),
     ],
+    ids=["newest", "every-snapshot", "a-segment", "no-segments"],
 )
 async def test_damaged_snapshot_falls_back_and_state_is_still_right(
     data_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    damage: str,
+    damage: Callable[[Path], None],
     from_snapshot: bool,
 ) -> None:
     monkeypatch.setattr(snapshot_store, "SEGMENT_SIZE", 4)
@@ -160,7 +174,7 @@ async def test_damaged_snapshot_falls_back_and_state_is_still_right(
         await engine.send("t", "between")
         await engine.take_snapshot("t")
         expected = _state(engine._rt.topics["t"].buffer)
-    _corrupt(data_dir, damage)
+    damage(data_dir)
     with caplog.at_level(logging.WARNING, logger="txnstream.snapshots"):
         async with Engine.open(data_dir, QUIET) as engine:
             assert _state(engine._rt.topics["t"].buffer) == expected
@@ -247,8 +261,7 @@ async def test_retention_deletes_acknowledged_ledgers_and_prunes_aborted_state(
         assert after["entries"] < before["entries"]
         assert after["aborted_txns"] == 1  # only the abort in the open ledger remains
         assert after["subscriptions"]["s"]["backlog"] == 0
-        with sqlite3.connect(data_dir / DB_FILE) as conn:
-            assert conn.execute("SELECT count(*) FROM aborted_txns").fetchone()[0] == 1
+        assert store_sql(data_dir, "SELECT count(*) FROM aborted_txns") == [(1,)]
         await engine.send("t", "new")
         assert [m.value for m in await sub.receive(max=10, timeout=1)] == ["new"]
     async with Engine.open(data_dir, config) as engine:

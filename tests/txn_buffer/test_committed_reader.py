@@ -8,9 +8,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from hypothesis import given, settings
-from support import HISTORY_OPS, HistoryModel, play_history
+from hypothesis import given
+from support import HISTORY_OPS, HistoryModel, NewStore, play_history, store_per_example
 
 from txnstream.api import Engine, EngineConfig, InvalidArgumentError, TopicNotFoundError
 from txnstream.ledger import Position, TxnId
@@ -147,21 +148,23 @@ async def test_missing_topic_and_read_only(data_dir: Path) -> None:
         with CommittedReader(data_dir) as reader:
             with pytest.raises(TopicNotFoundError, match="topic 'nope' not found in data dir"):
                 reader.topic_id("nope")
-            with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
+            with pytest.raises((sqlite3.OperationalError, psycopg.Error), match=r"read-?only"):
                 reader._store._conn.execute("DELETE FROM entries")  # type: ignore[attr-defined]
         assert (await engine.stats("t"))["last_confirmed"] == "0:0"
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.postgresql_in_full_run  # (60 examples, each a store of its own)
+@pytest.mark.timeout(300)
+@store_per_example(60)
 @given(ops=HISTORY_OPS)
-def test_random_histories(tmp_path_factory: pytest.TempPathFactory, ops: list[Any]) -> None:
-    path = tmp_path_factory.mktemp("history")
+def test_random_histories(new_store: NewStore, ops: list[Any]) -> None:
+    with new_store() as path:
 
-    async def check(engine: Engine, model: HistoryModel) -> None:
-        await check_against_engine(engine, path, model)
+        async def check(engine: Engine, model: HistoryModel) -> None:
+            await check_against_engine(engine, path, model)
 
-    config = EngineConfig(durability="normal", ledger_max_entries=3)
-    asyncio.run(play_history(path, config, ops, check))
+        config = EngineConfig(durability="normal", ledger_max_entries=3)
+        asyncio.run(play_history(path, config, ops, check))
 
 
 async def test_reader_sees_offloaded_ledgers(tmp_path: Path) -> None:
