@@ -967,12 +967,11 @@ class MessageOut(_Out, kw_only=True):
     @classmethod
     def of(cls, msg: Any) -> MessageOut:
         """The body of a message the engine delivered."""
-        value = msg.value
-        binary = isinstance(value, bytes | bytearray | memoryview)
+        value, data = _value_fields(msg.value)
         return cls(
             position=str(msg.position),
-            value=UNSET if binary else value,
-            value_b64=bytes(value) if binary else UNSET,
+            value=value,
+            value_b64=data,
             key=msg.key,
             properties=msg.properties,
             txn=None if msg.txn is None else str(msg.txn),
@@ -1050,15 +1049,14 @@ class FetchedEntryOut(_Out, kw_only=True):
     @classmethod
     def of(cls, entry: Any) -> FetchedEntryOut:
         """The body of one raw entry of the engine's range fetch."""
-        value = entry.value
-        binary = isinstance(value, bytes | bytearray | memoryview)
+        value, data = _value_fields(entry.value)
         return cls(
             position=str(entry.position),
             kind=_name(entry.kind),  # type: ignore[arg-type]
             txn=None if entry.txn is None else str(entry.txn),
             key=entry.key,
-            value=UNSET if binary else value,
-            value_b64=bytes(value) if binary else UNSET,
+            value=value,
+            value_b64=data,
             properties=entry.properties or {},
             publish_time=iso(entry.publish_time),
         )
@@ -1175,6 +1173,14 @@ def iso(moment: datetime) -> str:
 def pos(position: Position | None) -> str | None:
     """``"L:E"`` or None."""
     return None if position is None else str(position)
+
+
+def _value_fields(value: Any) -> tuple[Any, bytes | UnsetType]:
+    """``(value, value_b64)`` of a stored value: bytes as base64, anything else as JSON
+    (a consumer gets back the field it was produced with)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return UNSET, bytes(value)
+    return value, UNSET
 
 
 def _name(value: Any) -> str:
