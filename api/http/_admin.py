@@ -7,27 +7,28 @@ from fastapi.responses import Response
 
 from txnstream.api import TopicNotFoundError, TopicStats
 
+from ._errors import error_response, responses
 from ._json import ok
-from ._params import engine_of
-from ._responses import ErrorResponse, HealthResponse
+from ._params import documented, engine_of
 from ._telemetry import HttpMetrics
+from ._wire import HealthResponse
 
 router = APIRouter(tags=["admin"])
 
 
-@router.get(
-    "/v1/health",
-    response_model=HealthResponse,
-    responses={503: {"model": HealthResponse, "description": "Not ok: see `status`."}},
-)
+_HEALTH = documented(HealthResponse, also={503: "Not ok: see `status`."}, errors=None)
+_HEALTH["responses"].update({status: responses()[status] for status in (400, 403)})  # Host, Origin
+
+
+@router.get("/v1/health", **_HEALTH)
 async def health(request: Request) -> Response:
     """200 ``{"status": "ok"}`` only while writes are accepted; else 503 with the status
     (``degraded``: reads only, e.g. the disk is full; ``recovering``; ``failed``) and
     the reason. Needs no token."""
     state = engine_of(request).health()
     if state.status == "ok":
-        return ok({"status": "ok"})
-    return ok({"status": state.status, "reason": state.reason}, 503)
+        return ok(HealthResponse(status="ok"))
+    return ok(HealthResponse(status=state.status, reason=state.reason), 503)  # type: ignore[arg-type]
 
 
 @router.get(
@@ -43,8 +44,8 @@ async def health(request: Request) -> Response:
                 }
             },
         },
-        401: {"model": ErrorResponse, "description": "No or unknown token (`unauthorized`)."},
-        403: {"model": ErrorResponse, "description": "Not an admin (`forbidden`)."},
+        **responses(),
+        403: error_response(403, "Not an admin, or a foreign `Origin` (`forbidden`)."),
     },
 )
 async def metrics(request: Request) -> Response:

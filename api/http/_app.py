@@ -46,12 +46,10 @@ from ._direct import DirectRoutes
 from ._edge import BodyLimitMiddleware, Drain, EdgeMiddleware
 from ._errors import install_error_handlers
 from ._limits import DEFAULT_INFLIGHT_BODY_BYTES
-from ._schemas import BatchRequest, BeginRequest, ProduceRequest
 from ._standby import StandbyMiddleware
 from ._telemetry import HttpMetrics
+from ._wire import openapi_components
 
-RAW_BODY_MODELS = (ProduceRequest, BatchRequest, BeginRequest)
-"""Bodies routes read raw (FastAPI does not see them): their schemas go in the components."""
 _ROUTERS = (_admin, _topics, _messages, _transactions, _subscriptions, _fetch, _offload, _ui)
 
 
@@ -179,8 +177,10 @@ permission (a grant on the topic, the transaction's owner, admin for `/metrics`)
 
 
 def _install_openapi(app: FastAPI) -> None:
-    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400), with an
-    example on every request and response body."""
+    """Generate ``/openapi.json`` without FastAPI's 422 responses (we answer 400), with
+    the bodies' schemas from their one declaration (``_wire``: FastAPI sees none of them,
+    the routes read and write raw JSON) and an example on every request and response
+    body."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -195,12 +195,9 @@ def _install_openapi(app: FastAPI) -> None:
                 for operation in path_item.values():
                     operation.get("responses", {}).pop("422", None)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in RAW_BODY_MODELS:  # bodies read raw: FastAPI did not see them
-                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                components.update(body.pop("$defs", {}))
-                components[model.__name__] = body
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
+            components.update(openapi_components())
             if app.state.access.auth is not None:
                 _document_bearer(schema)
             _add_body_examples(schema)

@@ -36,7 +36,7 @@ from txnstream.api import (
 from ._access import PRINCIPAL_KEY, AccessPolicy
 from ._edge import REQUEST_ID_KEY
 from ._json import error
-from ._responses import ErrorResponse
+from ._wire import ErrorResponse, ref
 
 log = logging.getLogger("txnstream.http")
 
@@ -82,7 +82,7 @@ def install_error_handlers(app: FastAPI) -> None:
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` of a route: 400, 401, 403 and 503 always, plus ``statuses``."""
     text = {
-        400: "Malformed request (`invalid_request`).",
+        400: "Malformed request, or a foreign `Host` (`invalid_request`).",
         401: "No or unknown token, with `serve --auth` (`unauthorized`).",
         403: "Not permitted: no grant, another principal's transaction, or a foreign"
         " `Origin` (`forbidden`).",
@@ -93,12 +93,16 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         503: "The engine is closed or failed (`unavailable`).",
     }
     return {
-        status: {
-            "model": ErrorResponse,
-            "description": text[status],
-            "content": {"application/json": {"example": _ERROR_EXAMPLES[status]}},
-        }
-        for status in (400, 401, 403, *statuses, 503)
+        status: error_response(status, text[status]) for status in (400, 401, 403, *statuses, 503)
+    }
+
+
+def error_response(status: int, description: str) -> dict[str, Any]:
+    """The OpenAPI response of an error ``status``: the error body, with an example."""
+    example = _ERROR_EXAMPLES[status]
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": ref(ErrorResponse), "example": example}},
     }
 
 

@@ -15,17 +15,24 @@ from fastapi.responses import Response
 from txnstream.api import InvalidArgumentError
 
 from ._auth import principal_of
-from ._errors import responses
-from ._json import entry_json, ok, pos
+from ._json import ok
 from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
-from ._params import TopicName, engine_of
-from ._responses import FetchResponse
-from ._schemas import FETCH_FROM_PATTERN, TIMESTAMP_TEXT, Isolation, parse_timestamp
+from ._params import TopicName, documented, engine_of
+from ._wire import (
+    FETCH_FROM_PATTERN,
+    TIMESTAMP_TEXT,
+    AbortedTxnOut,
+    FetchedEntryOut,
+    FetchResponse,
+    Isolation,
+    parse_timestamp,
+    pos,
+)
 
 router = APIRouter(tags=["messages"])
 
 
-@router.get("/v1/topics/{topic}/fetch", response_model=FetchResponse, responses=responses(404))
+@router.get("/v1/topics/{topic}/fetch", **documented(FetchResponse, errors=(404,)))
 async def fetch(
     topic: TopicName,
     request: Request,
@@ -76,14 +83,15 @@ async def fetch(
         max_bytes=max_bytes,
         principal=principal_of(request),
     )
+    aborted = [
+        AbortedTxnOut(txn=str(a.txn), first_position=str(a.first_position)) for a in result.aborted
+    ]
     return ok(
-        {
-            "entries": [entry_json(e) for e in result.entries],
-            "aborted": [
-                {"txn": str(a.txn), "first_position": str(a.first_position)} for a in result.aborted
-            ],
-            "next": str(result.next),
-            "stable_position": pos(result.stable_position),
-            "last_confirmed": pos(result.last_confirmed),
-        }
+        FetchResponse(
+            entries=[FetchedEntryOut.of(e) for e in result.entries],
+            aborted=aborted,
+            next=str(result.next),
+            stable_position=pos(result.stable_position),
+            last_confirmed=pos(result.last_confirmed),
+        )
     )

@@ -1,5 +1,5 @@
-"""What the routers share: path parameters, raw JSON bodies, and the engine and drain
-of the app.
+"""What the routers share: path parameters, raw JSON bodies and their documentation,
+and the engine and drain of the app.
 
 The app factory puts the open engine and the :class:`Drain` on ``app.state``; routes
 take ``request: Request`` and read them with :func:`engine_of` and :func:`drain_of`.
@@ -8,16 +8,17 @@ Not a ``Depends``: solving one costs about 7 us per request, a few percent of a 
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Path, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from msgspec import Struct
 
 from txnstream.api import Engine, InvalidArgumentError
 
 from ._edge import BODY_KEY, Drain
-from ._schemas import NAME_PATTERN
+from ._errors import responses
+from ._wire import NAME_PATTERN, decode, decode_optional, ref
 
 TopicName = Annotated[
     str,
@@ -48,19 +49,42 @@ def drain_of(request: Request) -> Drain:
     return drain
 
 
-_Model = TypeVar("_Model", bound=BaseModel)
+_T = TypeVar("_T", bound=Struct)
 
 
-def request_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
-    """``openapi_extra`` documenting ``model`` as the JSON body (the route reads it raw);
-    an optional body may also be empty or ``null``."""
-    schema: dict[str, Any] = {"$ref": f"#/components/schemas/{model.__name__}"}
-    if not required:
-        schema = {"anyOf": [schema, {"type": "null"}]}
-    content = {"application/json": {"schema": schema}}
-    return {
-        "requestBody": {"required": True, "content": content} if required else {"content": content}
+def documented(
+    answer: type[Struct],
+    *,
+    status: int = 200,
+    body: type[Struct] | None = None,
+    optional: bool = False,
+    errors: tuple[int, ...] | None = (),
+    also: dict[int, str] | None = None,
+) -> dict[str, Any]:
+    """A route's keywords documenting its answer (``status``, and the ``also`` statuses
+    with the same body), its ``errors`` (besides 400, 401, 403 and 503; None: none at
+    all) and the JSON ``body`` it reads raw (``optional``: it may be empty or ``null``)."""
+    content = {"application/json": {"schema": ref(answer)}}
+    answers = {status: {"description": HTTPStatus(status).phrase, "content": content}}
+    answers.update(
+        {other: {"description": text, "content": content} for other, text in (also or {}).items()}
+    )
+    keywords: dict[str, Any] = {
+        "status_code": status,
+        "responses": {**answers, **({} if errors is None else responses(*errors))},
     }
+    if body is not None:
+        schema = ref(body) if not optional else {"anyOf": [ref(body), {"type": "null"}]}
+        request_body: dict[str, Any] = {"content": {"application/json": {"schema": schema}}}
+        keywords["openapi_extra"] = {"requestBody": request_body | {"required": not optional}}
+    return keywords
+
+
+async def body_of(request: Request, shape: type[_T], *, optional: bool = False) -> _T:
+    """The request's JSON body decoded as ``shape`` (400 ``invalid_request`` otherwise);
+    ``optional``: an empty or ``null`` body is ``shape()``, the defaults."""
+    raw = await json_body(request)
+    return decode_optional(raw, shape) if optional else decode(raw, shape)
 
 
 async def json_body(request: Request) -> bytes:
@@ -79,13 +103,3 @@ async def json_body(request: Request) -> bytes:
             f"the request body must be JSON (Content-Type: application/json), not {media_type!r}"
         )
     return raw
-
-
-def validated(raw: bytes, model: type[_Model]) -> _Model:
-    """``model`` validated from a raw JSON body, errors as FastAPI gives those of a body
-    it validated (each error's ``loc`` under ``"body"``): a 400 ``invalid_request``."""
-    try:
-        return model.model_validate_json(raw or b"null")
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None

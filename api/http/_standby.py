@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from txnstream.api import EngineState
 
 from ._edge import send_error
-from ._json import json_bytes
+from ._wire import HealthResponse, encode
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,7 +48,7 @@ class StandbyMiddleware:
         if path in _OWN_PATHS:
             await self.app(scope, receive, _marking(send))
         elif path == "/v1/health":
-            body = json_bytes({"status": "standby", "active": active})
+            body = encode(HealthResponse(status="standby", active=active))
             await _send(send, 503, body, [(b"content-type", b"application/json")])
         elif active is None:
             await send_error(

@@ -11,26 +11,29 @@ import asyncio
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from txnstream.api import Engine
 
 from ._auth import principal_of
 from ._edge import Drain
-from ._errors import responses
-from ._json import message_json, ok
+from ._json import ok
 from ._limits import DEFAULT_RESPONSE_BYTES, MaxBytes
-from ._params import SubName, TopicName, drain_of, engine_of
-from ._responses import (
+from ._params import SubName, TopicName, body_of, documented, drain_of, engine_of
+from ._wire import (
+    AckRequest,
     AckResponse,
+    MessageOut,
+    NackRequest,
     NackResponse,
     ReceiveResponse,
+    SeekRequest,
     SeekResponse,
     SubscriptionDeletedResponse,
+    SubscriptionRequest,
     SubscriptionResponse,
 )
-from ._schemas import AckRequest, NackRequest, SeekRequest, SubscriptionRequest
 
 router = APIRouter(tags=["subscriptions"])
 
@@ -39,22 +42,19 @@ _SUBSCRIPTION = "/v1/topics/{topic}/subscriptions/{sub}"
 
 @router.put(
     _SUBSCRIPTION,
-    response_model=SubscriptionResponse,
-    status_code=201,
-    responses={
-        200: {"model": SubscriptionResponse, "description": "It existed, same settings."},
-        **responses(404, 409),
-    },
+    **documented(
+        SubscriptionResponse,
+        status=201,
+        also={200: "It existed, same settings."},
+        errors=(404, 409),
+        body=SubscriptionRequest,
+        optional=True,
+    ),
 )
-async def create_subscription(
-    topic: TopicName,
-    sub: SubName,
-    request: Request,
-    body: Annotated[SubscriptionRequest | None, Body()] = None,
-) -> Response:
+async def create_subscription(topic: TopicName, sub: SubName, request: Request) -> Response:
     """Create a durable subscription (201), or confirm an identical one (200)."""
     engine = engine_of(request)
-    req = body or SubscriptionRequest()
+    req = await body_of(request, SubscriptionRequest, optional=True)
     created = await engine.create_subscription(
         topic,
         sub,
@@ -67,31 +67,27 @@ async def create_subscription(
         principal=principal_of(request),
     )
     policy = await engine.subscription_policy(topic, sub)
-    return ok(
-        {
-            "topic": topic,
-            "subscription": sub,
-            "type": req.type,
-            "isolation": req.isolation,
-            "initial_position": req.initial_position,
-            "created": created,
-            **policy,
-        },
-        201 if created else 200,
+    answer = SubscriptionResponse(
+        topic=topic,
+        subscription=sub,
+        type=req.type,
+        isolation=req.isolation,
+        initial_position=req.initial_position,
+        created=created,
+        **policy,
     )
+    return ok(answer, 201 if created else 200)
 
 
-@router.delete(_SUBSCRIPTION, response_model=SubscriptionDeletedResponse, responses=responses(404))
+@router.delete(_SUBSCRIPTION, **documented(SubscriptionDeletedResponse, errors=(404,)))
 async def delete_subscription(topic: TopicName, sub: SubName, request: Request) -> Response:
     """Delete a subscription and its cursor."""
     engine = engine_of(request)
     await engine.delete_subscription(topic, sub)
-    return ok({"topic": topic, "subscription": sub, "deleted": True})
+    return ok(SubscriptionDeletedResponse(topic=topic, subscription=sub, deleted=True))
 
 
-@router.get(
-    f"{_SUBSCRIPTION}/messages", response_model=ReceiveResponse, responses=responses(404, 409)
-)
+@router.get(f"{_SUBSCRIPTION}/messages", **documented(ReceiveResponse, errors=(404, 409)))
 async def receive(
     topic: TopicName,
     sub: SubName,
@@ -119,13 +115,14 @@ async def receive(
     messages = await _receive(
         engine, drain, request, topic, sub, consumer, max_messages, wait_ms, max_bytes
     )
-    return ok({"messages": [message_json(m) for m in messages]})
+    return ok(ReceiveResponse(messages=[MessageOut.of(m) for m in messages]))
 
 
-@router.post(f"{_SUBSCRIPTION}/ack", response_model=AckResponse, responses=responses(404, 409))
-async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request) -> Response:
+@router.post(f"{_SUBSCRIPTION}/ack", **documented(AckResponse, errors=(404, 409), body=AckRequest))
+async def ack(topic: TopicName, sub: SubName, request: Request) -> Response:
     """Acknowledge positions (cumulatively, or within a transaction)."""
     engine = engine_of(request)
+    body = await body_of(request, AckRequest)
     positions = list(body.positions)  # "L:E" ("L:E:P" on a partitioned topic): parsed there
     await engine.ack(
         topic,
@@ -135,26 +132,28 @@ async def ack(topic: TopicName, sub: SubName, body: AckRequest, request: Request
         txn=body.txn,
         principal=principal_of(request),
     )
-    return ok({"acked": len(positions)})
+    return ok(AckResponse(acked=len(positions)))
 
 
-@router.post(f"{_SUBSCRIPTION}/nack", response_model=NackResponse, responses=responses(404))
-async def nack(topic: TopicName, sub: SubName, body: NackRequest, request: Request) -> Response:
+@router.post(f"{_SUBSCRIPTION}/nack", **documented(NackResponse, errors=(404,), body=NackRequest))
+async def nack(topic: TopicName, sub: SubName, request: Request) -> Response:
     """Ask for redelivery of positions (``redelivery_count`` + 1), after ``delay_ms`` if
     given (else the subscription's ``nack_delay_ms``; shared and key_shared only)."""
     engine = engine_of(request)
+    body = await body_of(request, NackRequest)
     positions = list(body.positions)  # "L:E" ("L:E:P" on a partitioned topic): parsed there
     await engine.nack(topic, sub, positions, delay_ms=body.delay_ms)
-    return ok({"nacked": len(positions)})
+    return ok(NackResponse(nacked=len(positions)))
 
 
-@router.post(f"{_SUBSCRIPTION}/seek", response_model=SeekResponse, responses=responses(404))
-async def seek(topic: TopicName, sub: SubName, body: SeekRequest, request: Request) -> Response:
+@router.post(f"{_SUBSCRIPTION}/seek", **documented(SeekResponse, errors=(404,), body=SeekRequest))
+async def seek(topic: TopicName, sub: SubName, request: Request) -> Response:
     """Move the cursor: everything before the position (or the first message published
     at or after the timestamp) counts as acknowledged."""
     engine = engine_of(request)
+    body = await body_of(request, SeekRequest)
     went = await engine.seek(topic, sub, body.target())
-    return ok({"position": body.position or str(went)})
+    return ok(SeekResponse(position=body.position or str(went)))
 
 
 async def _receive(
