@@ -139,6 +139,10 @@ class ProduceApi(BrokerBase):
                 producer = producer_name(batch.producer_id, batch.producer_epoch)
                 sequence = batch.base_sequence
                 last = self.engine.last_sequence(topic, producer)
+                if last is None and sequence > 0:
+                    # No state (it expired, EngineConfig.producer_expiry, or never was):
+                    # as Kafka (KIP-360), the client then starts over with a new id.
+                    return ErrorCode.UNKNOWN_PRODUCER_ID, -1, None
                 expected = 0 if last is None else last + 1
                 if sequence > expected:
                     return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, None
