@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from txnstream.ledger import (
-    Entry,
     EntryKind,
     InvalidArgumentError,
     ManagedLedger,
@@ -94,49 +93,9 @@ async def fetch(
     if limit is None or begin > limit:
         return FetchResult([], [], begin, stable, lac)
     ledger = topic.ledger
-    rows = await _read_rows(ledger, begin, limit, max, max_bytes)
-    if rows is not None:
-        return await _fetched_rows(topic, rows, limit, stable, lac)
-    # a ledger moved to the remote tier meanwhile: the general path
-    if max_bytes is None:
-        entries = await ledger.read(begin, limit, max)
-    else:
-        entries = await _read_budgeted(ledger, begin, limit, max, max_bytes)
-    remote_index: dict[TxnId, Position] = {}
-    if begin.ledger_id <= ledger.remote_upto:
-        remote_index = await _remote_aborted(topic, entries)
-    aborted: dict[TxnId, Position] = {}
-    fetched = []
-    for index, entry in enumerate(entries):
-        if index and not index % _SLICE:
-            await asyncio.sleep(0)  # 10,000 entries are ~50 ms of Python: let the loop run
-        txn_id = entry.txn_id
-        if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
-            since = remote_index.get(txn_id) if remote_index else None
-            if since is None:
-                info = buffer.find_aborted(txn_id, entry.position)
-                since = None if info is None else info.first
-            if since is not None:
-                aborted[txn_id] = since
-        fetched.append(
-            FetchedEntry(
-                entry.position,
-                entry.kind.label,
-                None if txn_id is None else str(txn_id),
-                entry.key,
-                entry.value,
-                entry.properties,
-                ms_to_datetime(entry.publish_time),
-            )
-        )
-    last = entries[-1].position if entries else limit
-    return FetchResult(
-        fetched,
-        [AbortedTxnRange(str(t), p) for t, p in aborted.items()],
-        Position(last.ledger_id, last.entry_id + 1),
-        stable,
-        lac,
-    )
+    while (rows := await _read_rows(ledger, begin, limit, max, max_bytes)) is None:
+        pass  # a ledger moved to the remote tier meanwhile: read again (as ledger.read does)
+    return await _fetched_rows(topic, rows, limit, stable, lac)
 
 
 async def _fetched_rows(
@@ -154,7 +113,7 @@ async def _fetched_rows(
     buffer = topic.buffer
     remote_index: dict[TxnId, Position] = {}
     if rows and rows[0][0] <= topic.ledger.remote_upto:
-        remote_index = await _remote_aborted_rows(topic, rows)
+        remote_index = await _remote_aborted(topic, rows)
     aborted: dict[TxnId, Position] = {}
     fetched: list[FetchedEntry] = []
     when_ms, when = -1, ms_to_datetime(0)
@@ -196,8 +155,10 @@ async def _fetched_rows(
 async def _read_rows(
     ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int | None
 ) -> list[Row] | None:
-    """:func:`_read_budgeted` (or one read without a budget) of raw rows; None when a
-    ledger switched tiers meanwhile."""
+    """At most ``count`` raw rows from ``begin`` (None when a ledger switched tiers
+    meanwhile); with ``max_bytes``, holding at most that many stored bytes (at least one
+    row), read in pages that grow while they fit, so a budget of a few MiB never reads
+    thousands of large values into memory first."""
     if max_bytes is None:
         return await ledger.read_rows(begin, limit, count)
     out: list[Row] = []
@@ -220,8 +181,15 @@ async def _read_rows(
     return out
 
 
-async def _remote_aborted_rows(topic: Topic, rows: list[Row]) -> dict[TxnId, Position]:
-    """:func:`_remote_aborted` for raw rows."""
+async def _remote_aborted(topic: Topic, rows: list[Row]) -> dict[TxnId, Position]:
+    """Aborted transactions from the aborted indexes of the remote ledgers, Kafka-style.
+
+    As a Kafka fetch over remote segments, the indexes of every remote ledger from the
+    first one holding transactional data in ``rows`` on are collected (an ABORT
+    marker may lie in a later ledger than its data), except those flagged empty
+    (KIP-1058: ``has_aborts`` false costs no request). A transaction whose marker is
+    still local is in the buffer's aborted set, which the caller consults next.
+    """
     upto = topic.ledger.remote_upto
     first = next(
         (r[0] for r in rows if r[0] <= upto and r[2] == EntryKind.DATA and r[3] is not None),
@@ -230,52 +198,6 @@ async def _remote_aborted_rows(topic: Topic, rows: list[Row]) -> dict[TxnId, Pos
     if first is None:
         return {}
     return {row.txn_id: row.first for row in await topic.ledger.remote_aborted(first)}
-
-
-async def _remote_aborted(topic: Topic, entries: list[Entry]) -> dict[TxnId, Position]:
-    """Aborted transactions from the aborted indexes of the remote ledgers, Kafka-style.
-
-    As a Kafka fetch over remote segments, the indexes of every remote ledger from the
-    first one holding transactional data in ``entries`` on are collected (an ABORT
-    marker may lie in a later ledger than its data), except those flagged empty
-    (KIP-1058: ``has_aborts`` false costs no request). A transaction whose marker is
-    still local is in the buffer's aborted set, which the caller consults next.
-    """
-    upto = topic.ledger.remote_upto
-    first = next(
-        (
-            e.position.ledger_id
-            for e in entries
-            if e.position.ledger_id <= upto and e.kind is EntryKind.DATA and e.txn_id is not None
-        ),
-        None,
-    )
-    if first is None:
-        return {}
-    return {row.txn_id: row.first for row in await topic.ledger.remote_aborted(first)}
-
-
-async def _read_budgeted(
-    ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int
-) -> list[Entry]:
-    """At most ``count`` entries from ``begin`` holding at most ``max_bytes`` stored bytes
-    (at least one entry), read in pages that grow while they fit, so a budget of a few
-    MiB never reads thousands of large values into memory first."""
-    out: list[Entry] = []
-    used, page, position = 0, 64, begin
-    while len(out) < count:
-        entries = await ledger.read(position, limit, min(page, count - len(out)))
-        if not entries:
-            break
-        for entry in entries:
-            if out and used + entry.size > max_bytes:
-                return out
-            out.append(entry)
-            used += entry.size
-        last = entries[-1].position
-        position = Position(last.ledger_id, last.entry_id + 1)
-        page *= 4
-    return out
 
 
 async def position_at(topic: Topic, when: datetime) -> Position | None:

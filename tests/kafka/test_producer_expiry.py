@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -20,24 +18,12 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
 )
 from kafka_clients import consume
-from kafka_support import Kafka, KafkaWire
+from kafka_support import KafkaWire, serving
 from support import wait_until
 
-from txnstream.api import Engine, EngineConfig
-from txnstream.api.kafka import KafkaListener
+from txnstream.api import EngineConfig
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@asynccontextmanager
-async def _kafka(path: Path, config: EngineConfig) -> AsyncIterator[Kafka]:
-    async with Engine.open(path, config) as engine:
-        listener = KafkaListener(engine, "127.0.0.1", 0)
-        await listener.start()
-        try:
-            yield Kafka(engine, listener)
-        finally:
-            await listener.stop()
 
 
 async def test_an_expired_idempotent_producer_starts_over_and_nothing_is_lost_or_doubled(
@@ -46,7 +32,7 @@ async def test_an_expired_idempotent_producer_starts_over_and_nothing_is_lost_or
     from confluent_kafka import Producer
 
     caplog.set_level(logging.INFO, logger="txnstream.engine")
-    async with _kafka(tmp_path / "data", EngineConfig(producer_expiry=0.5)) as kafka:
+    async with serving(tmp_path / "data", EngineConfig(producer_expiry=0.5)) as kafka:
         await kafka.engine.create_topic("t")
         producer = Producer(
             {"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 1}
@@ -85,7 +71,7 @@ async def test_an_idle_transactional_id_is_forgotten_and_starts_over_at_epoch_0(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="txnstream.kafka")
-    async with _kafka(tmp_path / "data", EngineConfig(transactional_id_expiry=0.5)) as kafka:
+    async with serving(tmp_path / "data", EngineConfig(transactional_id_expiry=0.5)) as kafka:
         wire = await KafkaWire.open(kafka.listener.port)
         error, pid, epoch = await _init(wire, "billing")
         assert (error, epoch) == (0, 0)
