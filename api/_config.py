@@ -37,6 +37,16 @@ class EngineConfig:
     """An HTTP consumer that has not polled for this long is detached."""
     ended_txn_retention: float = 3600.0
     """How long ended transactions stay known (for idempotent commit/abort and GET)."""
+    producer_expiry: float = 86400.0
+    """An idempotent producer's state on a topic (its last sequence number and batch) is
+    forgotten once its last batch there is this many seconds old (Kafka's
+    ``producer.id.expiration.ms``): a batch of it after that is a new producer's (the
+    Kafka listener answers one not starting at sequence 0 UNKNOWN_PRODUCER_ID, and the
+    client starts over with a new producer id)."""
+    transactional_id_expiry: float = 604800.0
+    """The Kafka listener forgets a transactional id (its producer id and epoch) that no
+    request used for this many seconds and that has no open transaction (Kafka's
+    ``transactional.id.expiration.ms``): its next InitProducerId starts it over."""
     max_pending_entries: int = 20_000
     """Backpressure: appends wait while more entries than this await their group commit."""
     retention_check_interval: float = 30.0
@@ -105,6 +115,8 @@ class EngineConfig:
             "snapshot_interval",
             "consumer_expiry",
             "ended_txn_retention",
+            "producer_expiry",
+            "transactional_id_expiry",
             "retention_check_interval",
             "ttl_check_interval",
             "offload_check_interval",

@@ -59,7 +59,7 @@ from ._core import (
     owner_name,
 )
 from ._handles import SubscriptionHandle, Transaction, TransactionScope
-from ._maintenance import prepare_low_watermark_aborts
+from ._maintenance import prepare_low_watermark_aborts, prepare_producer_expiry
 from ._offload import Offloading
 from ._offsets import Offsets
 from ._partitions import PartitionedConsuming
@@ -71,6 +71,7 @@ from ._stats import summarize_recovery
 log = logging.getLogger("txnstream.engine")
 
 _MAINTENANCE_INTERVAL = 1.0
+_PRODUCER_EXPIRY_CHECK = 60.0  # seconds between looks for expired producers, at most
 
 
 class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsuming, Offloading):
@@ -418,8 +419,10 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
     # -- background ----------------------------------------------------------------
 
     async def _maintain(self) -> None:
-        """Detach silent HTTP consumers; abort buffers' transactions below the watermark."""
+        """Detach silent HTTP consumers; abort buffers' transactions below the watermark;
+        forget expired idempotent producers."""
         rt = self._rt  # a background task serves one term (they stop before it ends)
+        next_expiry = 0.0
         while True:
             await asyncio.sleep(_MAINTENANCE_INTERVAL)
             batch = WriteBatch()
@@ -427,6 +430,10 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
             rt.subscriptions.expire(time.monotonic(), self.config.consumer_expiry, batch)
             low_watermark = rt.coordinator.low_watermark()
             prepare_low_watermark_aborts(batch, list(rt.topics.values()), low_watermark)
+            expiry = self.config.producer_expiry
+            if time.monotonic() >= next_expiry:  # (a look at every producer: not every pass)
+                next_expiry = time.monotonic() + min(expiry / 10, _PRODUCER_EXPIRY_CHECK)
+                prepare_producer_expiry(batch, list(rt.topics.values()), expiry)
             if batch:
                 await rt.store.write(batch)
 

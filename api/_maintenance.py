@@ -35,6 +35,16 @@ def prepare_low_watermark_aborts(
             topic.prepare_marker(batch, EntryKind.ABORT, txn_id)
 
 
+def prepare_producer_expiry(batch: WriteBatch, topics: Iterable[Topic], expiry: float) -> int:
+    """Forget the idempotent producers whose last batch on a topic is older than
+    ``expiry`` seconds (Kafka's ``producer.id.expiration.ms``); returns how many."""
+    before = now_ms() - int(expiry * 1000)
+    expired = sum(topic.expire_producers(batch, before) for topic in topics)
+    if expired:
+        log.info("forgot %d idempotent producer(s) idle for %ss", expired, expiry)
+    return expired
+
+
 def retention_cut(
     topic: Topic, policy: RetentionPolicy, subscriptions: Iterable[Subscription]
 ) -> int | None:

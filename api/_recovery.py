@@ -31,6 +31,7 @@ from txnstream.ledger import (
     OffloadStore,
     Store,
     WriteBatch,
+    now_ms,
 )
 from txnstream.snapshots import SnapshotState, recover_topic
 from txnstream.txn_buffer import Coordinator, ProducerState, Topic, TxnRecord, TxnState
@@ -78,8 +79,14 @@ async def load_topics(
             wait=False,  # one flush for every topic's new ledger, below
         )
         buffer, state = await recover_topic(ledger)
+        opened_ms = now_ms()  # (rows from before producers expired: their time starts now)
         producers = {
-            row.producer: ProducerState(row.last_seq, row.first_seq, row.positions)
+            row.producer: ProducerState(
+                row.last_seq,
+                row.first_seq,
+                row.positions,
+                opened_ms if row.stored_ms is None else row.stored_ms,
+            )
             for row in await catalog.producers(topic_id)
         }
         loaded.snapshots[topic_id] = state

@@ -15,12 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from txnstream.ledger import (
-    Entry,
     EntryKind,
     InvalidArgumentError,
     ManagedLedger,
     Position,
+    Row,
     TxnId,
+    decode_payloads,
     ms_to_datetime,
 )
 from txnstream.txn_buffer import Topic
@@ -31,6 +32,7 @@ MAX_FETCH = 10_000
 """The most entries one fetch returns."""
 
 _SLICE = 1000  # entries made into results per event-loop step
+_LABELS = {kind.value: kind.label for kind in EntryKind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,38 +93,56 @@ async def fetch(
     if limit is None or begin > limit:
         return FetchResult([], [], begin, stable, lac)
     ledger = topic.ledger
-    if max_bytes is None:
-        entries = await ledger.read(begin, limit, max)
-    else:
-        entries = await _read_budgeted(ledger, begin, limit, max, max_bytes)
+    while (rows := await _read_rows(ledger, begin, limit, max, max_bytes)) is None:
+        pass  # a ledger moved to the remote tier meanwhile: read again (as ledger.read does)
+    return await _fetched_rows(topic, rows, limit, stable, lac)
+
+
+async def _fetched_rows(
+    topic: Topic,
+    rows: list[Row],
+    limit: Position,
+    stable: Position | None,
+    lac: Position | None,
+) -> FetchResult:
+    """:func:`fetch`'s result from raw rows (what ``ledger.read`` returns, not yet
+    decoded): the payloads decoded in one C pass per slice, an entry's datetime shared
+    with the one before when they were stored in the same millisecond (a produced batch's
+    entries are), no :class:`~txnstream.ledger.Entry` in between (~3x faster than
+    decoding entries one by one, for the Kafka listener's fetches and HTTP's)."""
+    buffer = topic.buffer
     remote_index: dict[TxnId, Position] = {}
-    if begin.ledger_id <= ledger.remote_upto:
-        remote_index = await _remote_aborted(topic, entries)
+    if rows and rows[0][0] <= topic.ledger.remote_upto:
+        remote_index = await _remote_aborted(topic, rows)
     aborted: dict[TxnId, Position] = {}
-    fetched = []
-    for index, entry in enumerate(entries):
-        if index and not index % _SLICE:
-            await asyncio.sleep(0)  # 10,000 entries are ~50 ms of Python: let the loop run
-        txn_id = entry.txn_id
-        if entry.kind is EntryKind.DATA and txn_id is not None and txn_id not in aborted:
-            since = remote_index.get(txn_id) if remote_index else None
-            if since is None:
-                info = buffer.find_aborted(txn_id, entry.position)
-                since = None if info is None else info.first
-            if since is not None:
-                aborted[txn_id] = since
-        fetched.append(
-            FetchedEntry(
-                entry.position,
-                entry.kind.label,
-                None if txn_id is None else str(txn_id),
-                entry.key,
-                entry.value,
-                entry.properties,
-                ms_to_datetime(entry.publish_time),
+    fetched: list[FetchedEntry] = []
+    when_ms, when = -1, ms_to_datetime(0)
+    for start in range(0, len(rows), _SLICE):
+        if start:
+            await asyncio.sleep(0)  # let the loop run between slices
+        part = rows[start : start + _SLICE]
+        for row, (key, properties, publish_ms, value) in zip(
+            part, decode_payloads([row[4] for row in part]), strict=True
+        ):
+            ledger_id, entry_id, kind, seq = row[0], row[1], row[2], row[3]
+            position = Position(ledger_id, entry_id)
+            txn = None
+            if seq is not None:
+                txn_id = TxnId(seq)
+                txn = str(txn_id)
+                if kind == EntryKind.DATA and txn_id not in aborted:
+                    since = remote_index.get(txn_id) if remote_index else None
+                    if since is None:
+                        info = buffer.find_aborted(txn_id, position)
+                        since = None if info is None else info.first
+                    if since is not None:
+                        aborted[txn_id] = since
+            if publish_ms != when_ms:
+                when_ms, when = publish_ms, ms_to_datetime(publish_ms)
+            fetched.append(
+                FetchedEntry(position, _LABELS[kind], txn, key, value, dict(properties), when)
             )
-        )
-    last = entries[-1].position if entries else limit
+    last = fetched[-1].position if fetched else limit
     return FetchResult(
         fetched,
         [AbortedTxnRange(str(t), p) for t, p in aborted.items()],
@@ -132,50 +152,52 @@ async def fetch(
     )
 
 
-async def _remote_aborted(topic: Topic, entries: list[Entry]) -> dict[TxnId, Position]:
+async def _read_rows(
+    ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int | None
+) -> list[Row] | None:
+    """At most ``count`` raw rows from ``begin`` (None when a ledger switched tiers
+    meanwhile); with ``max_bytes``, holding at most that many stored bytes (at least one
+    row), read in pages that grow while they fit, so a budget of a few MiB never reads
+    thousands of large values into memory first."""
+    if max_bytes is None:
+        return await ledger.read_rows(begin, limit, count)
+    out: list[Row] = []
+    used, page, position = 0, 64, begin
+    while len(out) < count:
+        rows = await ledger.read_rows(position, limit, min(page, count - len(out)))
+        if rows is None:
+            return None
+        if not rows:
+            break
+        for row in rows:
+            size = len(row[4])  # (an Entry's size: its stored payload)
+            if out and used + size > max_bytes:
+                return out
+            out.append(row)
+            used += size
+        last = rows[-1]
+        position = Position(last[0], last[1] + 1)
+        page *= 4
+    return out
+
+
+async def _remote_aborted(topic: Topic, rows: list[Row]) -> dict[TxnId, Position]:
     """Aborted transactions from the aborted indexes of the remote ledgers, Kafka-style.
 
     As a Kafka fetch over remote segments, the indexes of every remote ledger from the
-    first one holding transactional data in ``entries`` on are collected (an ABORT
+    first one holding transactional data in ``rows`` on are collected (an ABORT
     marker may lie in a later ledger than its data), except those flagged empty
     (KIP-1058: ``has_aborts`` false costs no request). A transaction whose marker is
     still local is in the buffer's aborted set, which the caller consults next.
     """
     upto = topic.ledger.remote_upto
     first = next(
-        (
-            e.position.ledger_id
-            for e in entries
-            if e.position.ledger_id <= upto and e.kind is EntryKind.DATA and e.txn_id is not None
-        ),
+        (r[0] for r in rows if r[0] <= upto and r[2] == EntryKind.DATA and r[3] is not None),
         None,
     )
     if first is None:
         return {}
     return {row.txn_id: row.first for row in await topic.ledger.remote_aborted(first)}
-
-
-async def _read_budgeted(
-    ledger: ManagedLedger, begin: Position, limit: Position, count: int, max_bytes: int
-) -> list[Entry]:
-    """At most ``count`` entries from ``begin`` holding at most ``max_bytes`` stored bytes
-    (at least one entry), read in pages that grow while they fit, so a budget of a few
-    MiB never reads thousands of large values into memory first."""
-    out: list[Entry] = []
-    used, page, position = 0, 64, begin
-    while len(out) < count:
-        entries = await ledger.read(position, limit, min(page, count - len(out)))
-        if not entries:
-            break
-        for entry in entries:
-            if out and used + entry.size > max_bytes:
-                return out
-            out.append(entry)
-            used += entry.size
-        last = entries[-1].position
-        position = Position(last.ledger_id, last.entry_id + 1)
-        page *= 4
-    return out
 
 
 async def position_at(topic: Topic, when: datetime) -> Position | None:

@@ -48,6 +48,8 @@ PARTITIONED_DROP = "partitioned.drop"
 TOPIC_TTL = "topic.ttl"
 """``(ttl_ms or None, topic_id)``"""
 PRODUCER = "producer.put"
+PRODUCER_DROP = "producer.drop"
+"""``(topic_id, producer)``: forget an idempotent producer (its state expired)"""
 TOPIC_DROP_ENTRIES = "topic.drop.entries"
 TOPIC_DROP_LEDGERS = "topic.drop.ledgers"
 TOPIC_DROP_ABORTED = "topic.drop.aborted"
@@ -310,6 +312,10 @@ class WriteBatch:
         """Upsert an idempotent producer's last batch (its encoded first sequence and
         positions)."""
         self.add(PRODUCER, (topic_id, producer, last_seq, positions))
+
+    def drop_producer(self, topic_id: int, producer: str) -> None:
+        """Delete an idempotent producer's row (a later batch of it is a new producer's)."""
+        self.add(PRODUCER_DROP, (topic_id, producer))
 
     # -- subscriptions ----------------------------------------------------------------
 

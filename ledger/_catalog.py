@@ -97,6 +97,9 @@ class ProducerRow:
     last_seq: int
     first_seq: int
     positions: list[Position]
+    stored_ms: int | None = None
+    """When that batch was stored (ms since the epoch); None in rows written before
+    producers expired (the reader takes its own start as their time)."""
 
 
 class Catalog:
@@ -184,20 +187,37 @@ class Catalog:
         rows = await self._store.producer_rows(topic_id)
         out = []
         for producer, last_seq, packed in rows:
-            first_seq, positions = unpack(packed)
+            first_seq, positions, *rest = unpack(packed)
             out.append(
-                ProducerRow(producer, last_seq, first_seq, [Position.parse(p) for p in positions])
+                ProducerRow(
+                    producer,
+                    last_seq,
+                    first_seq,
+                    [Position.parse(p) for p in positions],
+                    rest[0] if rest else None,
+                )
             )
         return out
 
     @staticmethod
     def prepare_producer(
-        batch: WriteBatch, topic_id: int, producer: str, first_seq: int, positions: list[Position]
+        batch: WriteBatch,
+        topic_id: int,
+        producer: str,
+        first_seq: int,
+        positions: list[Position],
+        stored_ms: int,
     ) -> None:
-        """Record a producer's batch (first sequence and positions)."""
+        """Record a producer's batch (first sequence, positions and when it was stored:
+        in the packed blob, so rows of either form read back)."""
         last_seq = first_seq + len(positions) - 1
-        packed = pack([first_seq, [str(p) for p in positions]])
+        packed = pack([first_seq, [str(p) for p in positions], stored_ms])
         batch.put_producer(topic_id, producer, last_seq, packed)
+
+    @staticmethod
+    def prepare_drop_producer(batch: WriteBatch, topic_id: int, producer: str) -> None:
+        """Forget an idempotent producer (its state expired)."""
+        batch.drop_producer(topic_id, producer)
 
     @staticmethod
     def prepare_aborted(

@@ -93,6 +93,7 @@ WRITES: dict[str, str] = {
     op.TOPIC_DROP_LEDGERS: "DELETE FROM ledgers WHERE topic_id = %s",
     op.TOPIC_DROP_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = %s",
     op.TOPIC_DROP_PRODUCERS: "DELETE FROM producers WHERE topic_id = %s",
+    op.PRODUCER_DROP: "DELETE FROM producers WHERE topic_id = %s AND producer = %s",
     op.TOPIC_DROP: "DELETE FROM topics WHERE topic_id = %s",
     op.PARTITIONED_CREATE: "INSERT INTO partitioned_topics (name, partitions, created_ms)"
     " VALUES (%s, %s, %s)",

@@ -50,6 +50,7 @@ WRITES: dict[str, str] = {
     op.TOPIC_DROP_LEDGERS: "DELETE FROM ledgers WHERE topic_id = ?",
     op.TOPIC_DROP_ABORTED: "DELETE FROM aborted_txns WHERE topic_id = ?",
     op.TOPIC_DROP_PRODUCERS: "DELETE FROM producers WHERE topic_id = ?",
+    op.PRODUCER_DROP: "DELETE FROM producers WHERE topic_id = ? AND producer = ?",
     op.TOPIC_DROP: "DELETE FROM topics WHERE topic_id = ?",
     # subscriptions
     op.SUBSCRIPTION_CREATE: "INSERT INTO subscriptions (topic_id, name, type, isolation, cursor,"

@@ -41,6 +41,9 @@ class ProducerState:
     last_seq: int
     first_seq: int
     positions: list[Position]
+    stored_ms: int
+    """When that batch was stored (ms since the epoch): the state expires after
+    ``EngineConfig.producer_expiry`` without a newer one."""
 
 
 class Topic:
@@ -241,8 +244,19 @@ class Topic:
     ) -> None:
         """Remember the producer's batch (durable with the batch's data)."""
         last_seq = sequence + len(positions) - 1
-        self.producers[producer] = ProducerState(last_seq, sequence, positions)
-        Catalog.prepare_producer(batch, self.topic_id, producer, sequence, positions)
+        stored_ms = now_ms()
+        self.producers[producer] = ProducerState(last_seq, sequence, positions, stored_ms)
+        Catalog.prepare_producer(batch, self.topic_id, producer, sequence, positions, stored_ms)
+
+    def expire_producers(self, batch: WriteBatch, before_ms: int) -> int:
+        """Forget the producers whose last batch was stored before ``before_ms`` (from
+        memory now, from the store with ``batch``; a batch of one after that is a new
+        producer's); returns how many."""
+        expired = [name for name, s in self.producers.items() if s.stored_ms < before_ms]
+        for name in expired:
+            del self.producers[name]
+            Catalog.prepare_drop_producer(batch, self.topic_id, name)
+        return len(expired)
 
 
 class TxnRunAppender:

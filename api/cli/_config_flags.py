@@ -47,6 +47,10 @@ HELP = {
     "max_messages_per_request": "Messages one produce or batch request may carry (413 beyond).",
     "consumer_expiry": "Seconds after which an HTTP consumer that does not poll is detached.",
     "ended_txn_retention": "Seconds ended transactions are remembered (idempotent ends).",
+    "producer_expiry": "Seconds after its last batch that an idempotent producer's"
+    " sequence numbers are forgotten (Kafka's producer.id.expiration.ms).",
+    "transactional_id_expiry": "Seconds after its last use that the Kafka listener forgets"
+    " an idle transactional id (Kafka's transactional.id.expiration.ms).",
     "max_pending_entries": "Backpressure: appends wait while this many await their commit.",
     "retention_check_interval": "Seconds between retention passes.",
     "ttl_check_interval": "Seconds between message TTL passes (topics with a TTL).",

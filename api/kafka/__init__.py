@@ -2,8 +2,9 @@
 
 A front door beside ``txnstream.api.http`` over the same public engine
 (``from txnstream.api import ...`` only): ``serve --kafka-listen HOST:PORT`` starts a
-:class:`KafkaListener` with the HTTP server. The wire format is kafka-python's codec
-(``kafka.protocol``, ``kafka.record``).
+:class:`KafkaListener` with the HTTP server. The wire format: kafka-python's request and
+response structs (``kafka.protocol``) and aiokafka's compiled record batch codec
+(``aiokafka.record``).
 """
 
 from ._broker import APIS

@@ -97,6 +97,7 @@ MAX_PARTITIONS = 1024
 """The engine's limit on a topic's partitions (``Engine.create_topic``)."""
 
 NODE_ID = 0
+_EXPIRY_CHECK = 60.0  # seconds between looks for idle transactional ids, at most
 CLUSTER_ID = "txnstream"
 
 Handler = Callable[[Any, int], Awaitable[Any]]
@@ -202,6 +203,20 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
             CreateTopicsRequest.API_KEY: self.create_topics,
             DeleteTopicsRequest.API_KEY: self.delete_topics,
         }
+
+    async def upkeep(self) -> None:
+        """The broker's background work, until cancelled: expire group members whose
+        session timed out, and forget idle transactional ids."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.groups.run(), name="kafka-groups")
+            group.create_task(self._expire_transactional_ids(), name="kafka-producers")
+
+    async def _expire_transactional_ids(self) -> None:
+        expiry = self.engine.config.transactional_id_expiry
+        while True:
+            await asyncio.sleep(min(expiry / 10, _EXPIRY_CHECK))
+            if expired := self.producers.expire(expiry):
+                log.info("forgot %d transactional id(s) idle for %ss", expired, expiry)
 
     async def handle(
         self, api_key: int, request: Any, version: int, assigned: asyncio.Event

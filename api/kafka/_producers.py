@@ -11,7 +11,10 @@ InitProducerId; its transaction is one engine transaction begun with the same
 ``transactional_id`` at the first AddPartitionsToTxn, so a new epoch's begin fences the
 old holder as the engine's fencing does, and a request that names an older epoch is
 refused. Epochs live in memory: after a restart a zombie's epoch is not the current one
-(or its engine transaction is fenced), so it is refused either way.
+(or its engine transaction is fenced), so it is refused either way. A transactional id
+no request used for ``EngineConfig.transactional_id_expiry`` seconds, with no open
+transaction, is forgotten (Kafka's ``transactional.id.expiration.ms``): its next
+InitProducerId starts it over at epoch 0.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from txnstream.api import Principal, Transaction
@@ -45,6 +49,8 @@ class TxnProducer:
     txn: Transaction | None = None
     topics: set[str] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    used: float = field(default_factory=time.monotonic)
+    """When a request last named it (``time.monotonic()``): it expires idle."""
 
 
 class Producers:
@@ -78,13 +84,30 @@ class Producers:
                 0,
                 principal,
             )
+        producer.used = time.monotonic()
         return producer
 
     def get(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer | None:
         """The transactional id's producer, if one initialised it since start."""
         owner = None if principal is None else principal.name
         producer = self._txn.get((owner, transactional_id))
-        return None if producer is None or producer.epoch < 0 else producer
+        if producer is None or producer.epoch < 0:
+            return None
+        producer.used = time.monotonic()
+        return producer
+
+    def expire(self, idle: float) -> int:
+        """Forget the transactional ids no request named for ``idle`` seconds that have
+        no open transaction and no request under way; returns how many."""
+        before = time.monotonic() - idle
+        expired = [
+            key
+            for key, p in self._txn.items()
+            if p.used < before and p.txn is None and not p.lock.locked()
+        ]
+        for key in expired:
+            del self._txn[key]
+        return len(expired)
 
 
 def next_epoch(epoch: int) -> int:

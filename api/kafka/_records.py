@@ -1,4 +1,10 @@
-"""Record batches v2 in and out, with kafka-python's ``kafka.record`` codec.
+"""Record batches v2 in and out, with aiokafka's compiled ``aiokafka.record`` codec.
+
+The codec is aiokafka's Cython port of Kafka's ``DefaultRecordBatch`` (the same format
+kafka-python's pure Python ``kafka.record`` reads and writes, byte for byte, ~30-50x
+faster: ~0.3 us a record to decode and ~0.5 us to encode instead of ~10-25 us); the
+protocol framing and request/response structs stay kafka-python's. The test suite checks
+both codecs agree (``tests/kafka/test_records.py``).
 
 In: a produced batch's records become :class:`~txnstream.api.OutgoingMessage` (value as
 bytes, key as UTF-8 text, headers as properties) with the batch's producer fields. Out:
@@ -12,20 +18,35 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kafka.errors import KafkaError
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from crc32c import crc32c
 
 from txnstream.api import FetchedEntry, OutgoingMessage
 
 _NO_PRODUCER = -1
 _CONTROL_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
 _CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+# A batch's head: base offset, length (of what follows), partition leader epoch, magic.
+_HEAD = struct.Struct(">qiib")
 _BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_AT = 12
+_LENGTH_FIELD_END = 12  # base offset and length: what the length does not count
+_MIN_LENGTH = 49  # the header after the length field, up to and with the record count
+_CRC = struct.Struct(">I")
+_CRC_AT = 17  # after the magic byte; covers everything from the attributes on
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
+_CONTROL_BIT = 0x20
+_NO_HEADERS: list[tuple[str, bytes | None]] = []  # (the codec never changes it)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
 class RecordsError(ValueError):
@@ -44,52 +65,62 @@ class ProducedBatch:
 
 
 def read_batches(data: bytes | memoryview | None) -> list[ProducedBatch]:
-    """Decode a Produce partition's record set (record batches v2 only)."""
+    """Decode a Produce partition's record set (record batches v2 only); every byte must
+    belong to a whole batch whose CRC matches."""
     if not data:
         raise RecordsError("an empty record set")
-    try:
-        records = MemoryRecords(bytes(data))
-        batches = []
-        while (batch := records.next_batch()) is not None:
-            if batch.magic != 2:
-                raise RecordsError("only record batch v2 (magic 2) is supported")
-            if batch.is_control_batch:
-                raise RecordsError("clients may not produce control batches")
-            if not batch.validate_crc():
-                raise RecordsError("a record batch fails its CRC check")
-            messages = [_message(record) for record in batch]
-            if not messages:
-                raise RecordsError("an empty record batch")
-            batches.append(
-                ProducedBatch(
-                    messages,
-                    batch.producer_id,
-                    batch.producer_epoch,
-                    batch.base_sequence,
-                    bool(batch.is_transactional),
-                )
-            )
-    except (KafkaError, ValueError, IndexError, struct.error) as exc:
-        if isinstance(exc, RecordsError):
-            raise
-        raise RecordsError(f"a corrupt record set: {exc}") from None
-    if not batches:
-        raise RecordsError("an empty record set")
+    # One bytes object: each batch is a view of it, and CPython ends every bytes object
+    # with a NUL byte, so even a corrupt varint at the very end stops inside it.
+    data = bytes(data)
+    view = memoryview(data)
+    batches = []
+    at, end = 0, len(data)
+    while at < end:
+        if end - at < _HEAD.size:
+            raise RecordsError("a truncated record batch")
+        _, length, _, magic = _HEAD.unpack_from(data, at)
+        if magic != 2:
+            raise RecordsError("only record batch v2 (magic 2) is supported")
+        stop = at + _LENGTH_FIELD_END + length
+        if length < _MIN_LENGTH or stop > end:
+            raise RecordsError("a truncated record batch")
+        batches.append(_read_batch(view[at:stop]))
+        at = stop
     return batches
 
 
-def _message(record: Any) -> OutgoingMessage:
-    key = record.key
+def _read_batch(data: memoryview) -> ProducedBatch:
     try:
-        text_key = None if key is None else bytes(key).decode()
-        properties = {
-            str(name): "" if value is None else bytes(value).decode()
-            for name, value in record.headers
-        }
+        batch = DefaultRecordBatch(data)
+        if not batch.validate_crc():
+            raise RecordsError("a record batch fails its CRC check")
+        if batch.is_control_batch:
+            raise RecordsError("clients may not produce control batches")
+        messages = [
+            OutgoingMessage(
+                record.value,
+                None if record.key is None else record.key.decode(),
+                {name: "" if value is None else value.decode() for name, value in record.headers}
+                if record.headers
+                else {},
+            )
+            for record in batch
+        ]
+    except RecordsError:
+        raise
     except UnicodeDecodeError:
         raise RecordsError("record keys and header values must be UTF-8 text") from None
-    value = record.value
-    return OutgoingMessage(None if value is None else bytes(value), text_key, properties)
+    except Exception as exc:  # noqa: BLE001 - the codec's errors on any bad input: corrupt
+        raise RecordsError(f"a corrupt record batch: {exc}") from None
+    if not messages:
+        raise RecordsError("an empty record batch")
+    return ProducedBatch(
+        messages,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        bool(batch.is_transactional),
+    )
 
 
 def value_bytes(value: Any) -> bytes | None:
@@ -102,26 +133,9 @@ def value_bytes(value: Any) -> bytes | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-class _Builder(DefaultRecordBatchBuilder):  # type: ignore[misc]
-    """The codec's builder, which writes the attributes a broker adds: the control bit."""
-
-    __slots__ = ("_control",)
-
-    def __init__(self, producer_id: int, transactional: bool, control: bool) -> None:
-        super().__init__(
-            magic=2,
-            compression_type=0,
-            is_transactional=transactional,
-            producer_id=producer_id,
-            producer_epoch=0 if producer_id >= 0 else -1,
-            base_sequence=-1,
-            batch_size=1 << 62,  # the caller bounds the size
-        )
-        self._control = control
-
-    def _get_attributes(self, include_compression_type: bool = True) -> int:
-        attributes: int = super()._get_attributes(include_compression_type)
-        return attributes | (self.CONTROL_MASK if self._control else 0)
+def timestamp_ms(when: datetime) -> int:
+    """An aware datetime as Kafka's record timestamp: whole ms since the epoch (exact)."""
+    return (when - _EPOCH) // _MS
 
 
 def _runs(entries: Sequence[FetchedEntry]) -> Iterator[Sequence[FetchedEntry]]:
@@ -150,21 +164,49 @@ def build_batches(entries: Sequence[FetchedEntry], offsets: Sequence[int]) -> by
         first = run[0]
         control = first.kind != "data"
         producer = producer_id_of(first.txn)
-        builder = _Builder(producer, first.txn is not None, control)
+        builder = DefaultRecordBatchBuilder(
+            2,  # magic
+            0,  # no compression
+            first.txn is not None,
+            producer,
+            0 if producer >= 0 else -1,  # producer epoch
+            -1,  # no base sequence: the broker's batches, not a producer's
+            sys.maxsize,  # no size limit: the caller bounds the size
+        )
         base = offsets[at]
+        when: datetime | None = None
+        timestamp = 0
         for entry, offset in zip(run, offsets[at : at + len(run)], strict=True):
-            timestamp = int(entry.publish_time.timestamp() * 1000)
+            if entry.publish_time != when:  # (a produced batch's entries share it)
+                when = entry.publish_time
+                timestamp = timestamp_ms(when)
             if control:
                 key = _CONTROL_KEY.pack(0, 1 if entry.kind == "commit" else 0)
                 builder.append(offset - base, timestamp, key, _CONTROL_VALUE.pack(0, 0), [])
             else:
-                headers = [(k, v.encode()) for k, v in entry.properties.items()]
-                key_bytes = None if entry.key is None else entry.key.encode()
+                properties = entry.properties
                 builder.append(
-                    offset - base, timestamp, key_bytes, value_bytes(entry.value), headers
+                    offset - base,
+                    timestamp,
+                    None if entry.key is None else entry.key.encode(),
+                    value_bytes(entry.value),
+                    [(k, v.encode()) for k, v in properties.items()] if properties else _NO_HEADERS,
                 )
         batch = builder.build()
-        _BASE_OFFSET.pack_into(batch, 0, base)  # outside the CRC, which starts later
+        # Both outside the CRC (it starts at the attributes), so set after the build: the
+        # offset, and the partition leader epoch Metadata names (0; the codec writes -1).
+        _BASE_OFFSET.pack_into(batch, 0, base)
+        _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_AT, 0)
+        if control:
+            _mark_control(batch)
         out += batch
         at += len(run)
     return bytes(out)
+
+
+def _mark_control(batch: bytearray) -> None:
+    """Set a built batch's control bit (the codec writes the attributes a producer
+    sets; this one only a broker does) and its CRC again."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(batch, _ATTRIBUTES_AT, attributes | _CONTROL_BIT)
+    _CRC.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))

@@ -94,7 +94,7 @@ class KafkaListener:
         self.port = server.sockets[0].getsockname()[1]
         host, port = self._advertise or (self.host, self.port)
         self.broker = Broker(self.engine, host, port, self._drain, self._authenticate)
-        self._upkeep = asyncio.create_task(self.broker.groups.run(), name="kafka-groups")
+        self._upkeep = asyncio.create_task(self.broker.upkeep(), name="kafka-upkeep")
         log.info(
             "Kafka listener on %s:%d (advertised as %s:%d; %s)",
             self.host,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import drain, make_topics, values
+from support import drain, make_topics, values, wait_until
 
-from txnstream.api import Engine, InvalidArgumentError, OutgoingMessage
+from txnstream.api import Engine, EngineConfig, InvalidArgumentError, OutgoingMessage
 
 
 def batch(*items: str) -> list[OutgoingMessage]:
@@ -101,3 +101,56 @@ async def test_bad_producer_arguments_are_rejected(
     with pytest.raises(InvalidArgumentError):
         await engine.produce("t", batch("a"), producer=producer, sequence=sequence)
     assert (await engine.stats("t"))["entries"] == 0
+
+
+async def test_a_producer_idle_past_its_expiry_is_forgotten_and_starts_over(
+    data_dir: Path,
+) -> None:
+    """Kafka's producer.id.expiration.ms: the maintenance pass forgets a producer whose last
+    batch is older than ``producer_expiry`` (in memory and in the store, so a restart does
+    not bring it back); its next batch is a new producer's. One still producing stays."""
+    config = EngineConfig(producer_expiry=0.5)
+    async with Engine.open(data_dir, config) as engine:
+        await make_topics(engine, "t")
+        await engine.produce("t", batch("a", "b"), producer="idle", sequence=0)
+        await engine.produce("t", batch("c"), producer="busy", sequence=0)
+        sequence = 1
+
+        async def idle_forgotten() -> bool:
+            nonlocal sequence  # "busy" keeps producing meanwhile
+            await engine.produce("t", batch("d"), producer="busy", sequence=sequence)
+            sequence += 1
+            return engine.last_sequence("t", "idle") is None
+
+        await wait_until(idle_forgotten, 30, "the idle producer's expiry", interval=0.1)
+        assert engine.last_sequence("t", "busy") == sequence - 1
+        again = await engine.produce("t", batch("a", "b"), producer="idle", sequence=0)
+        assert again.duplicate is False  # no longer known: stored as a new producer's
+        entries = (await engine.stats("t"))["entries"]
+    async with Engine.open(data_dir, EngineConfig()) as engine:  # the default: a day
+        assert engine.last_sequence("t", "idle") == 1  # the new producer's, durable
+        assert engine.last_sequence("t", "busy") == sequence - 1
+        resent = await engine.produce("t", batch("a", "b"), producer="idle", sequence=0)
+        assert resent.duplicate is True
+        assert (await engine.stats("t"))["entries"] == entries
+
+
+async def test_an_expired_producer_stays_forgotten_after_a_restart(data_dir: Path) -> None:
+    async with Engine.open(data_dir, EngineConfig(producer_expiry=0.2)) as engine:
+        await make_topics(engine, "t")
+        await engine.produce("t", batch("a"), producer="p", sequence=0)
+
+        async def forgotten() -> bool:
+            return engine.last_sequence("t", "p") is None
+
+        await wait_until(forgotten, 30, "the producer's expiry", interval=0.05)
+    async with Engine.open(data_dir, EngineConfig()) as engine:
+        assert engine.last_sequence("t", "p") is None
+        again = await engine.produce("t", batch("a"), producer="p", sequence=0)
+        assert again.duplicate is False
+
+
+@pytest.mark.parametrize("expiry", [0, -1.0])
+def test_a_producer_expiry_must_be_positive(expiry: float) -> None:
+    with pytest.raises(ValueError, match="producer_expiry must be positive"):
+        EngineConfig(producer_expiry=expiry)

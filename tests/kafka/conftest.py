@@ -12,18 +12,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kafka_support import Kafka
-
-from txnstream.api import Engine, EngineConfig
-from txnstream.api.kafka import KafkaListener
+from kafka_support import Kafka, serving
 
 
 @pytest.fixture
 async def kafka(tmp_path: Path) -> AsyncIterator[Kafka]:
-    async with Engine.open(tmp_path / "data", EngineConfig()) as engine:
-        listener = KafkaListener(engine, "127.0.0.1", 0)
-        await listener.start()
-        try:
-            yield Kafka(engine, listener)
-        finally:
-            await listener.stop()
+    async with serving(tmp_path / "data") as kafka:
+        yield kafka

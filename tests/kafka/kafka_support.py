@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
-from txnstream.api import Engine
+from txnstream.api import Engine, EngineConfig
 from txnstream.api.kafka import KafkaListener
 
 
@@ -24,6 +27,18 @@ class Kafka:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.listener.port}"
+
+
+@asynccontextmanager
+async def serving(path: Path, config: EngineConfig | None = None) -> AsyncIterator[Kafka]:
+    """An engine on ``path`` with a Kafka listener on a free loopback port."""
+    async with Engine.open(path, config or EngineConfig()) as engine:
+        listener = KafkaListener(engine, "127.0.0.1", 0)
+        await listener.start()
+        try:
+            yield Kafka(engine, listener)
+        finally:
+            await listener.stop()
 
 
 class KafkaWire:

@@ -89,6 +89,8 @@ def script() -> list[WriteBatch]:
     first.insert_entries((2, 1, i, 0, None, b"c") for i in range(2))
     second = WriteBatch()
     second.put_producer(0, "p", 9, b"pos2")  # upserts
+    second.drop_producer(0, "q")
+    second.drop_producer(0, "missing")  # (none such: nothing happens)
     second.put_aborted((0, 6, 1, 0, 1, 3, 1, 4, 1, 4))
     second.put_cursor(0, "s", b"c2")
     second.drop_subscription(1, "x")

@@ -1,0 +1,93 @@
+"""Producer state expires, as Kafka's does: an idempotent producer idle past
+``producer_expiry`` (``producer.id.expiration.ms``) is forgotten, and a real client that
+comes back is told UNKNOWN_PRODUCER_ID and starts over, losing and duplicating nothing; a
+transactional id idle past ``transactional_id_expiry`` (``transactional.id.expiration.ms``)
+is forgotten, so a zombie of it is refused and its next InitProducerId starts at epoch 0."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from kafka.protocol.producer import (
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from kafka_clients import consume
+from kafka_support import KafkaWire, serving
+from support import wait_until
+
+from txnstream.api import EngineConfig
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def test_an_expired_idempotent_producer_starts_over_and_nothing_is_lost_or_doubled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from confluent_kafka import Producer
+
+    caplog.set_level(logging.INFO, logger="txnstream.engine")
+    async with serving(tmp_path / "data", EngineConfig(producer_expiry=0.5)) as kafka:
+        await kafka.engine.create_topic("t")
+        producer = Producer(
+            {"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 1}
+        )
+
+        def produce(first: int) -> None:
+            for i in range(first, first + 5):
+                producer.produce("t", value=f"m{i}".encode())
+            assert producer.flush(30) == 0
+
+        await asyncio.to_thread(produce, 0)
+
+        async def forgotten() -> bool:
+            return "forgot 1 idempotent producer(s)" in caplog.text
+
+        await wait_until(forgotten, 30, "the producer's state to expire", interval=0.05)
+        # its next batch (sequence 5) finds no state: UNKNOWN_PRODUCER_ID, and librdkafka
+        # takes a new producer id and sends it again from sequence 0
+        await asyncio.to_thread(produce, 5)
+        assert (await kafka.engine.stats("t"))["entries"] == 10
+        expected = [f"m{i}".encode() for i in range(10)]
+        got = await consume("confluent-kafka", kafka.bootstrap, "t", "read_uncommitted", b"m9")
+        assert got == expected
+
+
+async def _init(wire: KafkaWire, transactional_id: str) -> tuple[int, int, int]:
+    answer = await wire.call(
+        InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=10_000),
+        InitProducerIdResponse,
+        1,
+    )
+    return answer.error_code, answer.producer_id, answer.producer_epoch
+
+
+async def test_an_idle_transactional_id_is_forgotten_and_starts_over_at_epoch_0(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="txnstream.kafka")
+    async with serving(tmp_path / "data", EngineConfig(transactional_id_expiry=0.5)) as kafka:
+        wire = await KafkaWire.open(kafka.listener.port)
+        error, pid, epoch = await _init(wire, "billing")
+        assert (error, epoch) == (0, 0)
+        assert await _init(wire, "billing") == (0, pid, 1)  # a new epoch while it is known
+
+        async def forgotten() -> bool:
+            return "forgot 1 transactional id(s)" in caplog.text
+
+        await wait_until(forgotten, 30, "the transactional id to expire", interval=0.05)
+        zombie = await wire.call(
+            EndTxnRequest(
+                transactional_id="billing", producer_id=pid, producer_epoch=1, committed=True
+            ),
+            EndTxnResponse,
+            1,
+        )
+        assert zombie.error_code == 49  # INVALID_PRODUCER_ID_MAPPING: unknown now
+        assert await _init(wire, "billing") == (0, pid, 0)  # started over
+        await wire.close()
