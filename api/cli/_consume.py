@@ -278,7 +278,11 @@ def _from_position(reader: _Reader, start: str, wait_ms: int) -> None:
     timestamp: str | None = None  # --from @TIME: the first fetch asks by publish time
     skip_through: Position | None = None  # --from latest: only what comes after now
     if start == "latest":
-        last = client.stats(topic).get("last_confirmed")
+        # What this isolation level can read now is the past: read_committed stops at the
+        # stable position, so what an open transaction holds back is still to come (as
+        # Kafka's read_committed "latest" is the last stable offset).
+        end = "stable_position" if reader.isolation == "read_committed" else "last_confirmed"
+        last = client.stats(topic).get(end)
         if last is not None:
             at, skip_through = last, Position.parse(last)
     elif start.startswith("@"):

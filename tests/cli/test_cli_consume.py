@@ -232,6 +232,34 @@ def test_json_lines_and_header_lines(cli: Cli, name: str) -> None:
     cli("txn", "abort", txn)
 
 
+def test_from_latest_gets_what_an_open_transaction_held_back(
+    cli: Cli, name: str, server_url: str
+) -> None:
+    """``--from latest`` (read_committed) starts at the stable position: what was not
+    readable yet when it started (an open transaction's messages and those behind them)
+    comes once the transaction commits, as with Kafka's last stable offset."""
+    cli("topics", "create", name)
+    cli("produce", name, "old")
+    txn = cli("txn", "begin").stdout.strip()
+    cli("produce", name, "inside", "--txn", txn)
+    cli("produce", name, "behind")
+    args = ["consume", name, "--from", "latest", "--follow", "--max", "3", "--format", "%v\\n"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "txnstream", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(server_url),
+        cwd=REPO,
+    ) as follower:
+        assert follower.stderr is not None
+        _read_until(follower.stderr, b"waiting: open transaction", timeout=30)
+        cli("txn", "commit", txn)
+        cli("produce", name, "new")
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    assert out.decode().splitlines() == ["inside", "behind", "new"]
+
+
 def _read_until(stream: IO[bytes], marker: bytes, timeout: float) -> bytes:
     """What ``stream`` (a child's pipe) says until a line holding ``marker`` (bounded)."""
     seen = b""
