@@ -53,13 +53,14 @@ _POOL = 1000  # distinct values, cycled; a multiple of every batch size
 Workload = Callable[[Engine, list[list[bytes]]], Awaitable[None]]
 
 
-def _batches(values: list[bytes], count: int, size: int) -> list[list[bytes]]:
+def split_batches(values: list[bytes], count: int, size: int) -> list[list[bytes]]:
     """``count`` messages as ``count // size`` lists of ``size`` values."""
     pool = len(values)
     return [values[(start % pool) : (start % pool) + size] for start in range(0, count, size)]
 
 
-async def _txn_producer(engine: Engine, batches: list[list[bytes]]) -> None:
+async def txn_producer(engine: Engine, batches: list[list[bytes]]) -> None:
+    """One producer: a transaction per batch, a ``txn.send`` per message, ``commit``."""
     for batch in batches:
         txn = await engine.begin()
         for value in batch:
@@ -72,9 +73,10 @@ async def _plain_producer(engine: Engine, batches: list[list[bytes]]) -> None:
         await engine.send_many(TOPIC, batch)
 
 
-async def _txn_producers(engine: Engine, batches: list[list[bytes]]) -> None:
+async def txn_producers(engine: Engine, batches: list[list[bytes]]) -> None:
+    """:data:`PRODUCERS` producers (tasks) sharing the batches, on one topic."""
     shares = [batches[i::PRODUCERS] for i in range(PRODUCERS)]
-    await asyncio.gather(*(_txn_producer(engine, share) for share in shares))
+    await asyncio.gather(*(txn_producer(engine, share) for share in shares))
 
 
 def measure_engine(
@@ -197,11 +199,11 @@ def produce(settings: Settings) -> list[Figure]:
     count = settings.size(200_000, 10_000)
     count -= count % 400  # whole transactions of 100, and of 10 for each of 8 producers
     values = make_values(_POOL)
-    by10, by100 = _batches(values, count, 10), _batches(values, count, 100)
+    by10, by100 = split_batches(values, count, 10), split_batches(values, count, 100)
     workloads: list[tuple[str, Callable[[], float]]] = [
         ("B1-ceiling", lambda: measure_ceiling(by10)),
-        ("B1-txn10", lambda: measure_engine("txn10", _txn_producer, by10, transactional=True)),
-        ("B1-txn100", lambda: measure_engine("txn100", _txn_producer, by100, transactional=True)),
+        ("B1-txn10", lambda: measure_engine("txn10", txn_producer, by10, transactional=True)),
+        ("B1-txn100", lambda: measure_engine("txn100", txn_producer, by100, transactional=True)),
         (
             "B1-plain10",
             lambda: measure_engine("plain10", _plain_producer, by10, transactional=False),
@@ -210,7 +212,7 @@ def produce(settings: Settings) -> list[Figure]:
             "B1-plain100",
             lambda: measure_engine("plain100", _plain_producer, by100, transactional=False),
         ),
-        ("B1-txn10-8p", lambda: measure_engine("8p", _txn_producers, by10, transactional=True)),
+        ("B1-txn10-8p", lambda: measure_engine("8p", txn_producers, by10, transactional=True)),
     ]
     commits = settings.size(_FSYNC_COMMITS, 200)
     probes: list[tuple[str, Callable[[], float]]] = [

@@ -136,6 +136,11 @@ class Settings:
 GroupFn = Callable[[Settings], list[Figure]]
 
 
+class Skipped(Exception):
+    """Raised by a group (or a peer system) that cannot run on this machine, saying why
+    (a server or a client is not installed): reported as skipped, never a failure."""
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """A registered figure group."""

@@ -40,11 +40,12 @@ PROBE_INTERVAL = 0.02
 
 @contextlib.contextmanager
 def _databases() -> Iterator[Callable[[], str]]:
-    """A PostgreSQL cluster of its own (stopped by pid after); yields a maker of fresh
+    """A PostgreSQL cluster of its own, durable as the P group's (stopped by pid after;
+    :class:`~benchmarks.core.Skipped` without PostgreSQL); yields a maker of fresh
     databases on it (their URLs)."""
-    from tests.pg_support import start_cluster  # (the tests' starter: one way to start one)
+    from benchmarks.peers import start_bench_cluster
 
-    with start_cluster() as cluster:
+    with start_bench_cluster() as cluster:
         yield lambda: cluster.create_database(f"f{uuid.uuid4().hex[:12]}", owner="txnstream")
 
 

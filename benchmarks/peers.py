@@ -11,18 +11,19 @@ the machine touches all of them); the figures are medians of the runs (default 3
 * txnstream ``txn.send``: ``begin``, 10 ``txn.send`` gathered, ``commit``; then
   ``receive(max=1000)`` + cumulative ack (durable) per batch;
 * txnstream ``send_many``: ``begin``, one ``txn.send_many`` of 10, ``commit``; the same;
-* PostgreSQL: an outbox table, ``synchronous_commit=on``, a transaction per 10 rows;
-  read by id, 1,000 rows a query;
+* PostgreSQL: an outbox table, ``synchronous_commit=on`` and ``fsync=on``, a
+  transaction per 10 rows; read by id, 1,000 rows a query (:func:`outbox`, which the P
+  group of ``make bench`` measures the PostgreSQL store against);
 * Redis Streams: ``MULTI`` + 10 ``XADD`` + ``EXEC`` with ``appendfsync always``; read by
   ``XREAD COUNT 1000``.
 
 PostgreSQL and Redis run only when their servers are installed (``apt-get install
-postgresql redis-server``) and their Python clients too (``pip install -e '.[peers]'``,
+postgresql redis-server``) and Redis's Python client too (``pip install -e '.[peers]'``,
 which ``make bench-peers`` does); otherwise the row says why it was skipped. Each server
 is started for the run from a temporary directory on a free loopback port and stopped
-by its pid. The table is printed and written under ``"peers"`` into the results JSON
-(``bench-results.json``, other content kept); ``--chart PATH`` also draws a PNG when
-matplotlib is installed.
+by its pid (PostgreSQL as the tests start theirs: ``tests/pg_support.py``). The table is
+printed and written under ``"peers"`` into the results JSON (``bench-results.json``,
+other content kept); ``--chart PATH`` also draws a PNG when matplotlib is installed.
 
 Usage: ``.venv/bin/python benchmarks/peers.py [--quick] [--runs N] [--only a,b]
 [--output PATH] [--chart PATH]``.
@@ -42,10 +43,8 @@ import contextlib
 import json
 import os
 import platform
-import pwd
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -56,8 +55,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
+import psycopg
 
-from benchmarks.core import REPO_ROOT, make_values, progress
+from benchmarks.core import REPO_ROOT, Skipped, make_values, progress
+from tests.pg_support import Cluster, PostgresUnavailable, free_port, start_cluster
 from txnstream.api import Engine, EngineConfig
 
 TXN_SIZE = 10
@@ -68,10 +69,6 @@ _DDL = (
 )
 _INSERT = "INSERT INTO entries (seq, topic, data) VALUES (?, ?, ?)"
 _PAGE_SQL = "SELECT seq, topic, data FROM entries WHERE seq > ? ORDER BY seq LIMIT ?"
-
-
-class Skipped(Exception):
-    """A system that cannot run here (its server or client is missing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +85,6 @@ def _batches(count: int) -> list[list[bytes]]:
         [values[(start + i) % len(values)] for i in range(TXN_SIZE)]
         for start in range(0, count, TXN_SIZE)
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- SQLite ----------------------------------------------------------------------------
@@ -164,6 +155,23 @@ def run_aiosqlite(work: Path, batches: list[list[bytes]]) -> Result:
 # -- txnstream -------------------------------------------------------------------------
 
 
+async def drain(engine: Engine, topic: str, count: int) -> float:
+    """Messages/s of a new subscription reading ``topic``'s ``count`` messages from the
+    earliest: ``receive(max=PAGE)`` and a cumulative (durable) ack per batch."""
+    sub = await engine.subscribe(topic, "peers", initial_position="earliest")
+    read = 0
+    started = time.perf_counter()
+    while read < count:
+        messages = await sub.receive(max=PAGE, timeout=5.0)
+        if not messages:
+            break
+        read += len(messages)
+        await sub.ack(messages[-1].position, cumulative=True)
+    consume = read / (time.perf_counter() - started)
+    _check("txnstream", read, count)
+    return consume
+
+
 def run_txnstream(work: Path, batches: list[list[bytes]], *, send_many: bool) -> Result:
     """The embedded engine, default (durable) configuration."""
 
@@ -180,17 +188,7 @@ def run_txnstream(work: Path, batches: list[list[bytes]], *, send_many: bool) ->
                     await asyncio.gather(*(txn.send("peers", value) for value in batch))
                 await txn.commit()
             produce = count / (time.perf_counter() - started)
-            sub = await engine.subscribe("peers", "peers", initial_position="earliest")
-            read = 0
-            started = time.perf_counter()
-            while read < count:
-                messages = await sub.receive(max=PAGE, timeout=5.0)
-                if not messages:
-                    break
-                read += len(messages)
-                await sub.ack(messages[-1].position, cumulative=True)
-            consume = read / (time.perf_counter() - started)
-        _check("txnstream", read, count)
+            consume = await drain(engine, "peers", count)
         return Result(produce, consume)
 
     return asyncio.run(main())
@@ -200,118 +198,71 @@ def run_txnstream(work: Path, batches: list[list[bytes]], *, send_many: bool) ->
 
 
 @contextlib.contextmanager
-def _server(argv: list[str], *, user: str | None, ready: Callable[[], bool]) -> Iterator[int]:
-    """Start ``argv`` (as ``user`` when given), wait until ``ready``; stop it by pid."""
+def _server(argv: list[str], *, ready: Callable[[], bool]) -> Iterator[int]:
+    """Start ``argv``, wait until ``ready``; stop it by pid."""
     with tempfile.TemporaryFile() as log:
-        yield from _run_server(argv, user, ready, log)
-
-
-def _run_server(
-    argv: list[str], user: str | None, ready: Callable[[], bool], log: Any
-) -> Iterator[int]:
-    preexec: Callable[[], None] | None = None
-    if user is not None:
-        entry = pwd.getpwnam(user)
-
-        def preexec() -> None:
-            os.setgid(entry.pw_gid)
-            os.setuid(entry.pw_uid)
-
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise Skipped(
-                    f"{argv[0]} did not start: {log.read()[-500:].decode(errors='replace')}"
-                )
-            time.sleep(0.1)
-        yield proc.pid
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT)  # PostgreSQL: fast shutdown; Redis: shutdown
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def _postgres_bin() -> Path | None:
-    found = shutil.which("postgres")
-    if found:
-        return Path(found).resolve().parent
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (candidate / "postgres").exists():
-            return candidate
-    return None
-
-
-def run_postgres(work: Path, batches: list[list[bytes]]) -> Result:
-    """An outbox table in PostgreSQL, ``synchronous_commit=on``."""
-    try:
-        import psycopg
-    except ImportError:
-        raise Skipped("no psycopg (pip install -e '.[peers]')") from None
-    bindir = _postgres_bin()
-    if bindir is None:
-        raise Skipped("PostgreSQL is not installed (apt-get install postgresql)")
-    user = None
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            raise Skipped("running as root and there is no 'postgres' user") from None
-        user = "postgres"
-    data = work / "pg"
-    data.mkdir()
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(work, entry.pw_uid, entry.pw_gid)
-        os.chown(data, entry.pw_uid, entry.pw_gid)
-    initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "bench", "--no-sync"]
-    runas = [] if user is None else ["runuser", "-u", user, "--"]
-    subprocess.run([*runas, *initdb], check=True, capture_output=True)
-    port = _free_port()
-    dsn = f"host=127.0.0.1 port={port} user=bench dbname=postgres"
+            deadline = time.monotonic() + 30
+            while not ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise Skipped(
+                        f"{argv[0]} did not start: {log.read()[-500:].decode(errors='replace')}"
+                    )
+                time.sleep(0.1)
+            yield proc.pid
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGINT)  # Redis: shutdown
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
 
-    def ready() -> bool:
-        try:
-            psycopg.connect(dsn, connect_timeout=1).close()
-        except psycopg.OperationalError:
-            return False
-        return True
 
-    argv = [
-        str(bindir / "postgres"),
-        "-D",
-        str(data),
-        "-p",
-        str(port),
-        "-k",
-        str(work),
-        "-c",
-        "listen_addresses=127.0.0.1",
-        "-c",
-        "synchronous_commit=on",
-        "-c",
-        "fsync=on",
-    ]
-    with _server(argv, user=user, ready=ready), psycopg.connect(dsn) as conn:
-        conn.execute(
-            "CREATE TABLE outbox (id bigserial PRIMARY KEY, topic text NOT NULL,"
-            " payload bytea NOT NULL)"
-        )
+# -- PostgreSQL ------------------------------------------------------------------------
+
+BENCH_CLUSTER_SETTINGS = {
+    "fsync": "on",
+    "full_page_writes": "on",
+    "synchronous_commit": "on",
+    "shared_buffers": "'128MB'",
+}
+"""The benchmarks' PostgreSQL: durable as in production (the tests' clusters run with
+``fsync=off``), so a COMMIT returns once its WAL is flushed to disk."""
+
+
+def start_bench_cluster() -> Cluster:
+    """A new PostgreSQL cluster started as the tests start theirs
+    (:func:`tests.pg_support.start_cluster`) with :data:`BENCH_CLUSTER_SETTINGS`; raises
+    :class:`Skipped` when PostgreSQL is not installed."""
+    try:
+        return start_cluster(**BENCH_CLUSTER_SETTINGS)
+    except PostgresUnavailable as why:
+        raise Skipped(str(why)) from None
+
+
+_OUTBOX_DDL = (
+    "CREATE TABLE outbox (id bigserial PRIMARY KEY, topic text NOT NULL, payload bytea NOT NULL)"
+)
+_OUTBOX_INSERT = "INSERT INTO outbox (topic, payload) VALUES (%s, %s)"
+_OUTBOX_PAGE = "SELECT id, topic, payload FROM outbox WHERE id > %s ORDER BY id LIMIT %s"
+
+
+def outbox(url: str, batches: list[list[bytes]]) -> Result:
+    """The outbox peer on the (empty) database at ``url``: a transaction of
+    ``executemany`` + ``COMMIT`` per batch, then every row read back by id, ``PAGE`` rows
+    a query; messages/s of each. Durable as the server's ``synchronous_commit`` says."""
+    with psycopg.connect(url) as conn:
+        conn.execute(_OUTBOX_DDL)
         conn.commit()
         count = 0
         started = time.perf_counter()
         with conn.cursor() as cur:
             for batch in batches:
-                cur.executemany(
-                    "INSERT INTO outbox (topic, payload) VALUES (%s, %s)",
-                    [("peers", value) for value in batch],
-                )
+                cur.executemany(_OUTBOX_INSERT, [("peers", value) for value in batch])
                 conn.commit()
                 count += len(batch)
         produce = count / (time.perf_counter() - started)
@@ -319,10 +270,7 @@ def run_postgres(work: Path, batches: list[list[bytes]]) -> Result:
         started = time.perf_counter()
         with conn.cursor() as cur:
             while True:
-                cur.execute(
-                    "SELECT id, topic, payload FROM outbox WHERE id > %s ORDER BY id LIMIT %s",
-                    (last, PAGE),
-                )
+                cur.execute(_OUTBOX_PAGE, (last, PAGE))
                 page = cur.fetchall()
                 if not page:
                     break
@@ -334,6 +282,12 @@ def run_postgres(work: Path, batches: list[list[bytes]]) -> Result:
     return Result(produce, consume)
 
 
+def run_postgres(work: Path, batches: list[list[bytes]]) -> Result:
+    """An outbox table in PostgreSQL, ``synchronous_commit=on``."""
+    with start_bench_cluster() as cluster:
+        return outbox(cluster.url(), batches)
+
+
 def run_redis(work: Path, batches: list[list[bytes]]) -> Result:
     """Redis Streams: ``MULTI``/``EXEC`` of 10 ``XADD``, ``appendfsync always``."""
     try:
@@ -343,7 +297,7 @@ def run_redis(work: Path, batches: list[list[bytes]]) -> Result:
     server = shutil.which("redis-server")
     if server is None:
         raise Skipped("Redis is not installed (apt-get install redis-server)")
-    port = _free_port()
+    port = free_port()
     client = redis.Redis(host="127.0.0.1", port=port)
 
     def ready() -> bool:
@@ -367,7 +321,7 @@ def run_redis(work: Path, batches: list[list[bytes]]) -> Result:
         "--save",
         "",
     ]
-    with _server(argv, user=None, ready=ready):
+    with _server(argv, ready=ready):
         count = 0
         started = time.perf_counter()
         for batch in batches:

@@ -37,6 +37,7 @@ from benchmarks.core import (
     STALLS,
     Figure,
     Settings,
+    Skipped,
     Target,
     format_table,
     install_stall_watch,
@@ -56,6 +57,7 @@ GROUP_MODULES = (
     "benchmarks.m_soak",
     "benchmarks.t_tiers",
     "benchmarks.k_kafka",
+    "benchmarks.p_postgres",
     "benchmarks.f_failover",
 )
 """Modules whose import registers figure groups (later issues append theirs)."""
@@ -117,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     install_stall_watch()  # every asyncio.run below records its loop's longest steps
     started = time.perf_counter()
     figures: list[Figure] = []
+    skipped: dict[str, str] = {}
     for name in wanted:
         bench = groups[name]
         progress(f"{name}: {bench.title}")
-        with stall_phase(name):
-            produced = bench.run(settings)
+        try:
+            with stall_phase(name):
+                produced = bench.run(settings)
+        except Skipped as why:
+            skipped[name] = str(why)
+            progress(f"{name}: skipped: {why}")
+            continue
         ids = [f.id for f in produced]
         if not bench.figure_ids:  # a group whose figures depend on its sizes: keep its order
             figures.extend(produced)
@@ -146,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"txnstream benchmarks ({'quick' if args.quick else 'full'}, median of {args.runs})")
     print(format_table(rows))
     print()
+    for name, why in skipped.items():
+        print(f"{name} skipped: {why}")
     print(f"{len(rows)} figures in {duration:.0f} s; results written to {args.output}")
 
     document: dict[str, Any] = {
@@ -163,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "git": git,
             "stalls_ms": [[round(s * 1000, 2), phase] for s, phase in STALLS.worst],
+            "skipped": skipped,
         },
     }
     args.output.write_text(json.dumps(document, indent=2) + "\n")

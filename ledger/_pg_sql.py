@@ -3,7 +3,9 @@ maps to (:data:`WRITES`, the same keys as :mod:`._sqlite_sql`) and the queries b
 store's typed reads.
 
 The schema is :mod:`._pg_schema`. Rows come back in the shapes SQLite gives (the
-interface's): flags as 0/1 ints, sums as ints. SQLite's ``INSERT OR REPLACE`` is an
+interface's): flags as 0/1 ints, sums as ints, in the primary key's order (SQLite's
+clustered tables give it by themselves; here every query says so, whatever plan runs).
+SQLite's ``INSERT OR REPLACE`` is an
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` of every other column; lists of ids travel as
 one array parameter (``= ANY``, a hashed ``NOT IN (SELECT unnest(...))``) instead of
 SQL text built per call.
@@ -208,11 +210,16 @@ NEXT_TOPIC_ID = (
     "SELECT (SELECT coalesce(max(topic_id), -1) FROM topics),"
     " (SELECT value FROM meta WHERE key = 'next_topic_id')"
 )
-PRODUCERS = "SELECT producer, last_seq, positions FROM producers WHERE topic_id = %s"
+PRODUCERS = (
+    "SELECT producer, last_seq, positions FROM producers WHERE topic_id = %s ORDER BY producer"
+)
 
 # -- reads: subscriptions ----------------------------------------------------------------
 
-SUBSCRIPTIONS = "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+SUBSCRIPTIONS = (
+    "SELECT topic_id, name, type, isolation, cursor, created_ms FROM subscriptions"
+    " ORDER BY topic_id, name"
+)
 
 # -- reads: the coordinator --------------------------------------------------------------
 
@@ -228,7 +235,7 @@ TXNS = (
     " topics, acks, created_ms, ended_ms, reason, owner FROM txns"
     " WHERE state = 'open' OR (ended_ms >= %s AND seq >= %s) ORDER BY seq"
 )
-FINISH_KEYS = "SELECT key FROM finish_keys"
+FINISH_KEYS = "SELECT key FROM finish_keys ORDER BY key"
 _ENDED_ROWS = (
     "SELECT seq, state, timeout_ms, deadline_ms, label, fenced::int, topics, created_ms,"
     " reason, owner FROM txns WHERE state <> 'open'"

@@ -65,12 +65,22 @@ WHERE datname = current_database() AND application_name = %s AND pid <> pg_backe
 
 
 def _session_options(lease_timeout: float) -> str:
-    """libpq ``options`` of this store's sessions: PostgreSQL ends a transaction left
-    idle for the lease timeout. A server paused (SIGSTOP, a VM freeze) inside a write or a
-    renewal would otherwise hold the lease row's lock, and so block the standby's
-    takeover, until it woke; ended, its transaction rolls back and it writes nothing."""
+    """libpq ``options`` of this store's sessions.
+
+    PostgreSQL ends a transaction left idle for the lease timeout. A server paused
+    (SIGSTOP, a VM freeze) inside a write or a renewal would otherwise hold the lease
+    row's lock, and so block the standby's takeover, until it woke; ended, its
+    transaction rolls back and it writes nothing.
+
+    No bitmap scans: every read of the log is a keyset page (``(ledger_id, entry_id) >=
+    ... ORDER BY ... LIMIT n``) of the newest rows, which the statistics of an
+    append-only table never describe (fresh topics, the tail beyond the histogram). The
+    planner then estimates a handful of rows, picks a bitmap scan of the whole range from
+    the cursor to the end, sorts it and keeps ``n``: each page costs the whole backlog
+    (70 ms instead of 0.4 ms for a page of 1,000 of 22,000 rows), and draining a topic
+    is quadratic. An index scan reads the page in order and stops."""
     milliseconds = max(1, round(lease_timeout * 1000))
-    return f"-c idle_in_transaction_session_timeout={milliseconds}"
+    return f"-c idle_in_transaction_session_timeout={milliseconds} -c enable_bitmapscan=off"
 
 
 class _NotCommitted(Exception):

@@ -3,12 +3,23 @@ COMMIT returns; and, when the connection broke around the COMMIT, finding out wh
 committed.
 
 :func:`apply_flush` is what the PostgreSQL store's group commit does with every flush
-(the writes of many callers, merged): ``BEGIN``, the fence (:data:`~._pg_lease.FENCE_SQL`
-for each claimed scope), every run of rows, the flush's mark, ``COMMIT``, all sent in
-pipeline mode, so the whole flush costs one round trip plus PostgreSQL's commit (its WAL
-flush, and the synchronous standby's, per ``synchronous_commit``). A fence that fails
-aborts the transaction on the server; PostgreSQL skips everything after it and the
-COMMIT becomes a rollback, so nothing of the flush is stored.
+(the writes of many callers, merged): the fence (:data:`~._pg_lease.FENCE_SQL` for each
+claimed scope), every run of rows, the flush's mark, then a Sync, all in pipeline mode
+and one implicit transaction: PostgreSQL commits it when it reaches the Sync and answers
+only once the COMMIT is durable (its WAL flush, and the synchronous standby's, per
+``synchronous_commit``). The whole flush costs one round trip. A fence (or any statement)
+that fails aborts the transaction on the server; PostgreSQL skips everything up to the
+Sync and rolls back, so nothing of the flush is stored.
+
+The statements go out as one write. psycopg's pipeline sends each statement, and each
+row of an ``executemany``, as a socket write of its own (it flushes between commands),
+and each of those wakes the server's backend: a transaction of 10 messages cost 16
+writes and ~1.3 ms of client CPU. Here the flush is queued in libpq's buffer (psycopg's
+``pq`` layer: a statement prepared once per connection, then one Bind/Execute per row,
+bytes as binary parameters, the rest as text the server parses by the column's type),
+sent with one write and answered with one read: ~0.35 ms, fewer wake-ups of the
+backend. A row holding a value of another type (rare: none of the store's operations
+makes one) takes psycopg's own pipeline, which adapts anything.
 
 A COMMIT whose answer was lost (the connection broke, PostgreSQL restarted) leaves the
 flush in doubt: it may have committed. Each flush therefore also writes its *mark*
@@ -22,10 +33,15 @@ in-doubt flush's exactly when it committed.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from ._errors import LeaseLostError
 from ._pg_lease import FENCE_SQL, as_lease_lost
@@ -65,24 +81,185 @@ async def apply_flush(
     (nothing stored), ``psycopg.Error`` for anything else: a statement's error (nothing
     stored) or a connection failure (the outcome unknown: see :func:`flush_committed`).
     """
+    scopes = sorted(claims.items())
+    statements: list[Run] = [(FENCE_SQL, scopes), *runs, (_MARK, [(s, e, seq) for s, e in scopes])]
     try:
-        async with conn.pipeline(), conn.transaction():
-            for scope, epoch in sorted(claims.items()):
-                await conn.execute(FENCE_SQL, (scope, epoch))
-            async with conn.cursor() as cur:
-                for sql, rows in runs:
-                    if len(rows) == 1:
-                        await cur.execute(sql, rows[0])
-                    elif rows:
-                        await cur.executemany(sql, rows)
-                await cur.executemany(
-                    _MARK, [(scope, epoch, seq) for scope, epoch in sorted(claims.items())]
-                )
+        try:
+            encoded = _encode_runs(statements, conn.info.encoding)
+        except _Unsupported:
+            await _apply_adapted(conn, statements)
+        else:
+            await _apply_encoded(conn, encoded)
     except psycopg.Error as exc:
         lost = as_lease_lost(exc, claims)
         if lost is not None:
             raise lost from exc
         raise
+
+
+class _Unsupported(Exception):
+    """A parameter :func:`_encode_runs` does not encode itself: psycopg adapts it."""
+
+
+_PLACEHOLDER = re.compile(r"%(s|%)")
+_STATEMENTS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], dict[str, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each writer connection's prepared statements: SQL text -> name."""
+_NAMES = itertools.count()
+"""Prepared statements' numbers: a name is never given twice (a statement prepared by a
+pipeline that failed further on exists, one after the failure does not)."""
+
+Encoded = list[tuple[str, list[tuple[list[bytes | None], list[int]]]]]
+
+
+def _numbered(sql: str) -> bytes:
+    """``sql`` with psycopg's ``%s`` placeholders as PostgreSQL's ``$1, $2, ...``."""
+    if "%(" in sql:
+        raise _Unsupported("named placeholders")
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match.group(1) == "%":
+            return "%"
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, sql).encode()
+
+
+def _encode_runs(runs: Iterable[Run], encoding: str) -> Encoded:
+    """Each row's parameters as libpq values and formats: bytes binary (a ``bytea``
+    travels as is), ints, text and flags as text. Raises :class:`_Unsupported` for a
+    value of another type, before anything was sent."""
+    encoded: Encoded = []
+    for sql, rows in runs:
+        out = []
+        for row in rows:
+            values: list[bytes | None] = []
+            formats: list[int] = []
+            for value in row:
+                kind = type(value)
+                if kind is int:
+                    values.append(b"%d" % value)
+                    formats.append(0)
+                elif kind is bytes:
+                    values.append(value)
+                    formats.append(1)
+                elif value is None:
+                    values.append(None)
+                    formats.append(0)
+                elif kind is str:
+                    values.append(value.encode(encoding))
+                    formats.append(0)
+                elif kind is bool:  # as 1/0: both an int and a boolean parameter read it
+                    values.append(b"1" if value else b"0")
+                    formats.append(0)
+                elif kind is bytearray or kind is memoryview:
+                    values.append(bytes(value))
+                    formats.append(1)
+                else:
+                    raise _Unsupported(kind.__name__)
+            out.append((values, formats))
+        if out:
+            encoded.append((sql, out))
+    return encoded
+
+
+async def _apply_encoded(conn: psycopg.AsyncConnection[Any], runs: Encoded) -> None:
+    """Send ``runs`` in pipeline mode with one Sync (one implicit transaction), as one
+    write; wait for the Sync's answer. On an error the connection is closed unless the
+    server answered the whole pipeline (then it is idle again, and usable)."""
+    pgconn = conn.pgconn
+    prepared = _STATEMENTS.setdefault(conn, {})
+    new: dict[str, bytes] = {}  # prepared by this pipeline (known once it answered)
+    preparing: list[tuple[str, bytes] | None] = []  # what each result answers
+    answered = False
+    pgconn.enter_pipeline_mode()
+    try:
+        for sql, rows in runs:
+            name = prepared.get(sql) or new.get(sql)
+            if name is None:
+                name = new[sql] = b"txnstream_%d" % next(_NAMES)
+                pgconn.send_prepare(name, _numbered(sql))
+                preparing.append((sql, name))
+            for values, formats in rows:
+                pgconn.send_query_prepared(name, values, param_formats=formats)
+                preparing.append(None)
+        pgconn.pipeline_sync()
+        results = await _exchange(pgconn)
+        answered = True
+    finally:
+        if answered:
+            pgconn.exit_pipeline_mode()
+        else:  # cancelled or broken mid-way: its state is unknown, it is not used again
+            await conn.close()
+    error: pq.abc.PGresult | None = None
+    for result, prepare in zip(results, preparing, strict=True):
+        status = result.status
+        if status == pq.ExecStatus.FATAL_ERROR and error is None:
+            error = result
+        elif prepare is not None and status == pq.ExecStatus.COMMAND_OK:
+            prepared[prepare[0]] = prepare[1]
+    if error is not None:
+        raise psycopg.errors.error_from_result(error, encoding=conn.info.encoding)
+
+
+_READ, _WRITE = 1, 2
+
+
+async def _exchange(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
+    """Send libpq's queued pipeline and collect one result per command up to its Sync.
+
+    Reads while it writes (the server stops reading a client that does not read its
+    answers), so a flush of any size goes through."""
+    fd = pgconn.socket
+    while pgconn.flush():
+        if await _ready(fd, write=True) & _READ:
+            pgconn.consume_input()
+    results: list[pq.abc.PGresult] = []
+    while True:
+        while pgconn.is_busy():
+            await _ready(fd, write=False)
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:  # the end of one command's results
+            continue
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            return results
+        results.append(result)
+
+
+async def _ready(fd: int, *, write: bool) -> int:
+    """Wait until ``fd`` is readable (or, with ``write``, writable); which of them."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[int] = loop.create_future()
+
+    def wake(state: int) -> None:
+        if not future.done():
+            future.set_result(state)
+
+    loop.add_reader(fd, wake, _READ)
+    if write:
+        loop.add_writer(fd, wake, _WRITE)
+    try:
+        return await future
+    finally:
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)
+
+
+async def _apply_adapted(conn: psycopg.AsyncConnection[Any], runs: Iterable[Run]) -> None:
+    """The same transaction through psycopg's pipeline, which adapts any Python value
+    (a statement, and a socket write, at a time)."""
+    async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+        for sql, rows in runs:
+            if len(rows) == 1:
+                await cur.execute(sql, rows[0])
+            elif rows:
+                await cur.executemany(sql, rows)
 
 
 async def flush_committed(

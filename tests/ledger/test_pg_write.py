@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -198,3 +199,51 @@ async def test_a_flush_still_in_doubt_past_the_lock_timeout_says_so(
         assert not await flush_committed(settler, {STORE_SCOPE: lease.epoch}, 1, lock_timeout=0.2)
     finally:
         await settler.close()
+
+
+async def test_a_statement_skipped_by_a_failed_flush_is_prepared_again(
+    store: tuple[Conn, Lease], pg_url: str
+) -> None:
+    # Statements are prepared once per connection, in the flush that first uses them; one
+    # that a failure before it skipped was never prepared, and the next flush must know.
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        await apply_flush(conn, claims, [("DELETE FROM nowhere WHERE x = %s", [(1,)]),
+                                         (CURSOR, [(1, "s", b"c1")])], seq=1)  # fmt: skip
+    await apply_flush(conn, claims, [(CURSOR, [(1, "s", b"c1")]), entries(1, 0, 2)], seq=2)
+    await apply_flush(conn, claims, [(CURSOR, [(1, "t", b"c2")]), entries(1, 0, 2, 2)], seq=3)
+    assert await count(conn, "subscriptions") == 2
+    assert await count(conn) == 4
+
+
+async def test_a_value_of_another_type_is_adapted_by_psycopg(store: tuple[Conn, Lease]) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    meta = "INSERT INTO meta (key, value) VALUES (%s, %s)"
+    await apply_flush(conn, claims, [(meta, [("plain", 7), ("other", Decimal("1.50"))])], seq=1)
+    rows = await (await conn.execute("SELECT key, value FROM meta ORDER BY key")).fetchall()
+    assert rows == [("other", "1.50"), ("plain", "7")]
+    assert await flush_committed(conn, claims, 1)
+
+
+async def test_values_travel_as_their_columns_read_them(store: tuple[Conn, Lease]) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    data = bytes(range(256)) * 3  # every byte value, binary
+    runs: list[Run] = [
+        (ENTRY, [(1, 0, 0, 1, 2**40, data), (1, 0, 1, 0, None, bytearray(b"\x00\\x"))]),
+        ("INSERT INTO ledgers (topic_id, ledger_id, created_ms, has_aborts) VALUES"
+         " (%s, %s, %s, %s)", [(1, 0, -5, True), (1, 1, 0, False)]),
+        ("INSERT INTO meta (key, value) VALUES (%s, %s)", [("é\u2603", "100%s %% ü")]),
+    ]  # fmt: skip
+    await apply_flush(conn, claims, runs, seq=1)
+    cur = await conn.execute("SELECT entry_id, kind, txn, data FROM entries ORDER BY entry_id")
+    assert await cur.fetchall() == [(0, 1, 2**40, data), (1, 0, None, b"\x00\\x")]
+    cur = await conn.execute("SELECT ledger_id, created_ms, has_aborts FROM ledgers ORDER BY 1")
+    assert await cur.fetchall() == [(0, -5, True), (1, 0, False)]
+    cur = await conn.execute("SELECT key, value FROM meta")
+    assert await cur.fetchall() == [("é\u2603", "100%s %% ü")]
