@@ -1210,7 +1210,10 @@ def openapi_components() -> dict[str, Any]:
     shapes = [
         value
         for value in globals().values()
-        if isinstance(value, type) and issubclass(value, Struct) and value.__name__[0] != "_"
+        if isinstance(value, type)
+        and issubclass(value, Struct)
+        and value.__module__ == __name__  # (not the engine's structs imported here)
+        and value.__name__[0] != "_"
     ]
     _, components = msgspec.json.schema_components(shapes, ref_template=REF)
     docs = _field_docs()
