@@ -9,6 +9,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import IO
 
 from cli_support import REPO, Cli, cli_env, subscriptions
@@ -115,20 +116,7 @@ def test_consume_names_the_transaction_in_the_way(cli: Cli, name: str, server_ur
     assert f"blocking_txn: {txn} since" in stats
     # --follow says it once however long it waits, and goes on when the txn ends.
     args = ["consume", name, "--from", "earliest", "--follow", "--max", "2", "--format", "%v\\n"]
-    with subprocess.Popen(
-        [sys.executable, "-m", "txnstream", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env(server_url),
-        cwd=REPO,
-    ) as follower:
-        assert follower.stderr is not None
-        # held behind the open transaction: its notice comes once it has polled there
-        seen = _read_until(follower.stderr, b"waiting: open transaction", timeout=30)
-        cli("txn", "abort", txn)
-        out, err = follower.communicate(timeout=30)
-    err = seen + err
-    assert follower.returncode == 0, err
+    out, err = _follow_past_an_open_txn(server_url, args, lambda: cli("txn", "abort", txn))
     assert out.decode().splitlines() == ["before", "after"]
     assert err.decode().count("waiting: open transaction") == 1, err
     assert "blocking_txn: -" in cli("topics", "stats", name).stdout
@@ -244,6 +232,20 @@ def test_from_latest_gets_what_an_open_transaction_held_back(
     cli("produce", name, "inside", "--txn", txn)
     cli("produce", name, "behind")
     args = ["consume", name, "--from", "latest", "--follow", "--max", "3", "--format", "%v\\n"]
+
+    def commit_and_produce() -> None:
+        cli("txn", "commit", txn)
+        cli("produce", name, "new")
+
+    out, _ = _follow_past_an_open_txn(server_url, args, commit_and_produce)
+    assert out.decode().splitlines() == ["inside", "behind", "new"]
+
+
+def _follow_past_an_open_txn(
+    server_url: str, args: list[str], then: Callable[[], object]
+) -> tuple[bytes, bytes]:
+    """Run ``txnstream *args`` (a follower), wait until it says an open transaction
+    holds it back, run ``then()``, and return its stdout and stderr once it exits 0."""
     with subprocess.Popen(
         [sys.executable, "-m", "txnstream", *args],
         stdout=subprocess.PIPE,
@@ -252,12 +254,12 @@ def test_from_latest_gets_what_an_open_transaction_held_back(
         cwd=REPO,
     ) as follower:
         assert follower.stderr is not None
-        _read_until(follower.stderr, b"waiting: open transaction", timeout=30)
-        cli("txn", "commit", txn)
-        cli("produce", name, "new")
+        # held behind the open transaction: its notice comes once it has polled there
+        seen = _read_until(follower.stderr, b"waiting: open transaction", timeout=30)
+        then()
         out, err = follower.communicate(timeout=30)
-    assert follower.returncode == 0, err
-    assert out.decode().splitlines() == ["inside", "behind", "new"]
+    assert follower.returncode == 0, seen + err
+    return out, seen + err
 
 
 def _read_until(stream: IO[bytes], marker: bytes, timeout: float) -> bytes:
