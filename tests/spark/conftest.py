@@ -11,13 +11,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,9 +22,9 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 
 from pyspark.sql import SparkSession
-from spark_support import LEDGER_ENTRIES, LiveServer, free_port, wait_for
+from spark_support import LEDGER_ENTRIES, LiveServer, engine_in_thread
 
-from txnstream.api import Engine, EngineConfig
+from txnstream.api import EngineConfig
 from txnstream.api.spark import TxnStreamDataSource
 
 
@@ -59,49 +56,14 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    import uvicorn
-
-    from txnstream.api.http import create_app
-
     data = tmp_path_factory.mktemp("spark-server-data")
-    port = free_port()
-    state: dict[str, Any] = {}
-
-    async def serve() -> None:
-        config = EngineConfig(
-            durability="normal",
-            ledger_max_entries=LEDGER_ENTRIES,
-            offload_url=(data.parent / "objects").as_uri(),
-        )
-        async with Engine.open(data, config) as engine:
-            app = create_app(engine)
-            uv = uvicorn.Server(
-                uvicorn.Config(
-                    app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-                )
-            )
-            state.update(engine=engine, loop=asyncio.get_running_loop(), server=uv)
-            await uv.serve()
-
-    def main() -> None:
-        try:
-            asyncio.run(serve())
-        except Exception as exc:  # noqa: BLE001 - reported by the wait below
-            state["error"] = exc
-
-    thread = threading.Thread(target=main, name="spark-test-server", daemon=True)
-    thread.start()
-    wait_for(
-        lambda: "error" in state or ("server" in state and state["server"].started),
-        30,
-        "the test server to start",
+    config = EngineConfig(
+        durability="normal",
+        ledger_max_entries=LEDGER_ENTRIES,
+        offload_url=(data.parent / "objects").as_uri(),
     )
-    assert "error" not in state, state.get("error")
-    try:
-        yield LiveServer(f"http://127.0.0.1:{port}", data, state["engine"], state["loop"])
-    finally:
-        state["server"].should_exit = True
-        thread.join(timeout=30)
+    with engine_in_thread(data, config, http=True) as live:
+        yield live
 
 
 @pytest.fixture

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
-from support import free_port, wait_for  # noqa: F401 - re-exported to the spark tests
+from support import free_port, wait_for
 
 from txnstream.api import Engine, EngineConfig, Transaction
 
@@ -147,3 +149,58 @@ def run_engine(path: Path, action: Callable[[Engine], Awaitable[T]]) -> T:
             return await action(engine)
 
     return asyncio.run(main())
+
+
+@contextlib.contextmanager
+def engine_in_thread(
+    store: str | Path, config: EngineConfig, *, http: bool
+) -> Iterator[LiveServer]:
+    """An engine on ``store`` in a background thread with its own event loop, served over
+    HTTP by a real uvicorn server on a free loopback port when ``http`` (else ``url`` is
+    empty); closed, and the thread joined, on exit."""
+    port = free_port()
+    state: dict[str, Any] = {}
+
+    async def own() -> None:
+        async with Engine.open(store, config) as engine:
+            state.update(engine=engine, loop=asyncio.get_running_loop())
+            if not http:
+                done = asyncio.Event()
+                state["stop"] = done.set
+                await done.wait()
+                return
+            import uvicorn
+
+            from txnstream.api.http import create_app
+
+            uv = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(engine),
+                    host="127.0.0.1",
+                    port=port,
+                    log_level="warning",
+                    lifespan="off",
+                )
+            )
+            state["stop"] = lambda: setattr(uv, "should_exit", True)
+            state["server"] = uv
+            await uv.serve()
+
+    def main() -> None:
+        try:
+            asyncio.run(own())
+        except Exception as exc:  # noqa: BLE001 - reported by the wait below
+            state["error"] = exc
+
+    thread = threading.Thread(target=main, name="spark-test-engine", daemon=True)
+    thread.start()
+    ready = (lambda: state["server"].started) if http else (lambda: True)
+    wait_for(lambda: "error" in state or ("stop" in state and ready()), 60, "the engine to serve")
+    assert "error" not in state, state.get("error")
+    url = f"http://127.0.0.1:{port}" if http else ""
+    try:
+        yield LiveServer(url, Path(store), state["engine"], state["loop"])
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"])
+        thread.join(timeout=30)
+        assert not thread.is_alive()

@@ -5,60 +5,35 @@ the object store, while the engine that owns the store keeps serving; no server 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 from spark_support import (
     LEDGER_ENTRIES,
     LiveServer,
+    engine_in_thread,
     engine_view,
     populate_mixed,
     reader,
     spark_rows,
-    wait_for,
 )
 
-from txnstream.api import Engine, EngineConfig
+from txnstream.api import EngineConfig
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
 def pg_engine(pg_url: str, tmp_path: Path) -> Iterator[LiveServer]:
-    """An engine on a fresh PostgreSQL database, in a thread with its own event loop
-    (``url`` is unused: this store is read through ``path``)."""
-    state: dict[str, Any] = {}
-
-    async def own() -> None:
-        config = EngineConfig(
-            ledger_max_entries=LEDGER_ENTRIES, offload_url=(tmp_path / "objects").as_uri()
-        )
-        async with Engine.open(pg_url, config) as engine:
-            done = asyncio.Event()
-            state.update(engine=engine, loop=asyncio.get_running_loop(), done=done)
-            await done.wait()
-
-    def main() -> None:
-        try:
-            asyncio.run(own())
-        except Exception as exc:  # noqa: BLE001 - reported by the wait below
-            state["error"] = exc
-
-    thread = threading.Thread(target=main, name="spark-pg-engine", daemon=True)
-    thread.start()
-    wait_for(lambda: "error" in state or "engine" in state, 60, "the engine to open")
-    assert "error" not in state, state.get("error")
-    try:
-        yield LiveServer("", Path(pg_url), state["engine"], state["loop"])
-    finally:
-        state["loop"].call_soon_threadsafe(state["done"].set)
-        thread.join(timeout=30)
-        assert not thread.is_alive()
+    """An engine on a fresh PostgreSQL database (no HTTP: this store is read through
+    ``path``)."""
+    config = EngineConfig(
+        ledger_max_entries=LEDGER_ENTRIES, offload_url=(tmp_path / "objects").as_uri()
+    )
+    with engine_in_thread(pg_url, config, http=False) as live:
+        yield live
 
 
 def test_path_mode_reads_a_postgresql_store_and_its_offloaded_ledgers(
