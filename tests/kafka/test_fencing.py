@@ -59,12 +59,12 @@ async def test_a_new_epoch_fences_the_zombie_and_aborts_its_transaction(kafka: K
     zombie_txn = next(t for t in await engine.transactions() if t.txn == open_txn.txn)
     assert zombie_txn.state == "aborted"
 
-    def zombie_commits() -> None:
+    def zombie_commits(zombie: Producer) -> None:
         zombie.produce("t", value=b"late")
         zombie.commit_transaction(20)
 
     with pytest.raises(KafkaException) as refused:
-        await asyncio.to_thread(zombie_commits)
+        await asyncio.to_thread(zombie_commits, zombie)
     error = refused.value.args[0]
     assert error.fatal() or error.txn_requires_abort(), error
     # The zombie still holds its refused message: drop it, or librdkafka keeps the
