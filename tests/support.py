@@ -7,7 +7,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
+from objectstore import free_port as free_port  # the tests take ports from support
+from objectstore import free_ports as free_ports
 
 from txnstream.api import (
     DataDirLockedError,
@@ -64,13 +65,6 @@ def wait_for(
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
     return result
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import REPO
-from support import free_port
+from support import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,7 +23,7 @@ def test_readme_several_servers_block_runs_as_printed(pg_url: str) -> None:
     found = re.search(r"```sh\n(.*?)```", readme[start:], re.S)
     assert found is not None
     block = found.group(1)
-    first, second = str(free_port()), str(free_port())
+    first, second = map(str, free_ports(2))
     block = re.sub(r"^STORE=.*$", f"STORE='{pg_url}'", block, count=1, flags=re.M)
     block = block.replace("8080", first).replace("8081", second)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import free_port, wait_for
+from support import free_ports, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HEADING = "\n## Using Kafka clients\n"
@@ -44,7 +44,7 @@ def test_the_kafka_section_runs_as_printed(tmp_path: Path) -> None:
     serve_line, *commands = shell.strip().split("\n")
     assert serve_line.startswith("txnstream serve")
     assert "--kafka-listen 127.0.0.1:9092" in serve_line
-    http_port, kafka_port = free_port(), free_port()
+    http_port, kafka_port = free_ports(2)
     url = f"http://127.0.0.1:{http_port}"
     kafka = f"127.0.0.1:{kafka_port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kafka_clients import TIMEOUT
-from support import free_port, self_signed_cert, wait_for
+from support import free_ports, self_signed_cert, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def _healthy(url: str) -> bool:
 def test_serve_runs_the_listener_beside_http_and_sigterm_ends_both(tmp_path: Path) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    http_port, kafka_port = free_port(), free_port()
+    http_port, kafka_port = free_ports(2)
     url = f"http://127.0.0.1:{http_port}"
     log = tmp_path / "serve.log"
     proc = _serve(
@@ -122,7 +122,7 @@ def test_with_auth_and_tls_clients_use_sasl_ssl(tmp_path: Path) -> None:
     trust = ssl.create_default_context(cafile=str(cert))
     principals = tmp_path / "principals.json"
     principals.write_text(json.dumps(PRINCIPALS))
-    http_port, kafka_port = free_port(), free_port()
+    http_port, kafka_port = free_ports(2)
     log = tmp_path / "serve.log"
     args = ["--port", str(http_port), "--kafka-listen", f"127.0.0.1:{kafka_port}"]
     args += ["--auth", str(principals), "--tls-cert", str(cert), "--tls-key", str(key)]
