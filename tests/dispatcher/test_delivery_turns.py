@@ -6,6 +6,11 @@ wakes them all in one loop step, and their next ranges were read during that flu
 without turns each made its next batch in that same step (95,000 messages in one step
 here; X1-subs saw ~90 ms steps). With turns no step makes more than the step budget
 plus one batch, and every consumer still gets every message, in order.
+
+The consumers see a batch in the step their coroutine resumes, which is the step it was
+made in or, when another task made it for them, the next one: so a step may show what
+two steps made, at most twice the step budget plus one batch each (still an order of
+magnitude below what a step made without turns).
 """
 
 from __future__ import annotations
@@ -58,4 +63,4 @@ async def test_consumers_woken_together_make_their_batches_in_turns(engine: Engi
         selector.select = select
     assert all(values == list(range(ROUNDS * BATCH)) for values in results)
     assert sum(made.values()) == CONSUMERS * ROUNDS * BATCH
-    assert max(made.values()) <= STEP_MESSAGES + BATCH, made
+    assert max(made.values()) <= 2 * (STEP_MESSAGES + BATCH), made
