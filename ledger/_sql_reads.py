@@ -76,19 +76,15 @@ class ReadStatements(Protocol):
 
     def int_list(self, values: Sequence[int]) -> object:
         """``values`` as one parameter of a ``NOT IN`` list."""
-        ...
 
     def str_list(self, values: Sequence[str]) -> object:
         """``values`` as one parameter of an ``IN`` list."""
-        ...
 
     def positions(self, topic_id: int, at: Sequence[Position]) -> tuple[str, Params]:
         """The query and parameters of the log rows at ``at`` (not empty), in log order."""
-        ...
 
     def segments(self, topic_id: int, ids: Sequence[int]) -> tuple[str, Params]:
         """The query and parameters of ``(segment_id, data)`` of ``ids`` (not empty)."""
-        ...
 
 
 class ViewStatements(Protocol):
@@ -110,11 +106,9 @@ class ViewStatements(Protocol):
 
     def view_undecided(self, decided: Sequence[str]) -> tuple[str, Params]:
         """``(seq, topics)`` of the transactions whose state is not in ``decided``."""
-        ...
 
     def view_first_data(self, topic_id: int, txns: Sequence[int]) -> tuple[str, Params]:
         """``(ledger_id, entry_id)`` of the data entries of ``txns`` (no order yet)."""
-        ...
 
 
 # -- SQL both dialects build the same way -----------------------------------------------
