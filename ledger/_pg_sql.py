@@ -1,6 +1,6 @@
 """Every SQL statement of the PostgreSQL store, by domain: the writes each batch operation
 maps to (:data:`WRITES`, the same keys as :mod:`._sqlite_sql`) and the queries behind the
-store's typed reads.
+typed reads (what :class:`._sql_reads.ReadStatements` and ``ViewStatements`` ask for).
 
 The schema is :mod:`._pg_schema`. Rows come back in the shapes SQLite gives (the
 interface's): flags as 0/1 ints, sums as ints, in the primary key's order (SQLite's
@@ -13,10 +13,11 @@ SQL text built per call.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 from . import _batch as op
+from ._batch import Params
+from ._position import Position
 
 
 def _upsert(table: str, key: tuple[str, ...], columns: tuple[str, ...]) -> str:
@@ -146,6 +147,21 @@ WRITES: dict[str, str] = {
 }
 assert WRITES.keys() == op.OPERATIONS, op.OPERATIONS ^ WRITES.keys()
 
+# -- reads (see txnstream.ledger._sql_reads.ReadStatements) --------------------------------
+
+MARK = "%s"
+
+
+def int_list(values: Sequence[int]) -> list[int]:
+    """Ints as one ``bigint[]`` parameter."""
+    return [int(value) for value in values]
+
+
+def str_list(values: Sequence[str]) -> list[str]:
+    """Strings as one ``text[]`` parameter."""
+    return list(values)
+
+
 # -- reads: the log ----------------------------------------------------------------------
 
 LEDGERS = (
@@ -171,14 +187,22 @@ COUNT_DATA = (
     " AND (txn IS NULL OR txn NOT IN (SELECT unnest(%s::bigint[])))"
     " AND ((ledger_id << 32) | entry_id) NOT IN (SELECT unnest(%s::bigint[]))"
 )
-POSITIONS = (
+_POSITIONS = (
     "SELECT e.ledger_id, e.entry_id, e.kind, e.txn, e.data"
     " FROM unnest(%s::bigint[], %s::bigint[]) AS p (ledger_id, entry_id)"
     " JOIN entries e ON e.topic_id = %s AND e.ledger_id = p.ledger_id"
     " AND e.entry_id = p.entry_id ORDER BY e.ledger_id, e.entry_id"
 )
-"""The log rows at the positions given as two arrays (ledger ids, entry ids), then the
-topic id."""
+
+
+def positions(topic_id: int, at: Sequence[Position]) -> tuple[str, Params]:
+    """The log rows at the given positions, in log order (the keys as two arrays: one
+    statement text whatever their number)."""
+    ledgers = [int(p.ledger_id) for p in at]
+    entries = [int(p.entry_id) for p in at]
+    return _POSITIONS, (ledgers, entries, topic_id)
+
+
 LEDGER_ROWS = (
     "SELECT entry_id, kind, txn, data FROM entries WHERE topic_id = %s AND ledger_id = %s"
     " ORDER BY entry_id"
@@ -236,46 +260,12 @@ TXNS = (
     " WHERE state = 'open' OR (ended_ms >= %s AND seq >= %s) ORDER BY seq"
 )
 FINISH_KEYS = "SELECT key FROM finish_keys ORDER BY key"
-_ENDED_ROWS = (
+ENDED_ROWS = (
     "SELECT seq, state, timeout_ms, deadline_ms, label, fenced::int, topics, created_ms,"
     " reason, owner FROM txns WHERE state <> 'open'"
 )
-ENDED_TXN = _ENDED_ROWS + " AND seq = %s"
-
-
-@functools.lru_cache(maxsize=16)
-def ended_txns(state: bool, label_prefix: bool, born_before: bool) -> str:
-    """A page of ended transactions' rows, filtered by what is given (parameters in this
-    order: state, label prefix length and prefix, born-before, then after, upto, limit)."""
-    sql = [_ENDED_ROWS]
-    if state:
-        sql.append("AND state = %s")
-    if label_prefix:  # substr counts characters, as str.startswith does
-        sql.append("AND substr(label, 1, %s) = %s")
-    if born_before:
-        sql.append("AND created_ms <= %s")
-    sql.append("AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s")  # keyset pages
-    return " ".join(sql)
-
-
-def outcome_codes(reason_codes: Mapping[str, int]) -> str:
-    """``(seq, code)`` of ended transactions, the code computed by PostgreSQL:
-    ``committed | fenced << 1 | reason_codes[reason] << 2`` (0 for another reason)."""
-    return _outcome_codes(tuple(sorted(reason_codes.items())))
-
-
-@functools.lru_cache(maxsize=4)
-def _outcome_codes(reason_codes: tuple[tuple[str, int], ...]) -> str:
-    cases = " ".join(
-        f"WHEN '{reason.replace(chr(39), chr(39) * 2)}' THEN {int(code)}"
-        for reason, code in reason_codes
-    )
-    return (
-        "SELECT seq, ((state = 'committed')::int | (fenced::int << 1) | ((CASE reason "
-        + cases
-        + " ELSE 0 END) << 2)) FROM txns WHERE state <> 'open' AND ended_ms >= %s"
-        " AND seq < %s ORDER BY seq DESC LIMIT %s"
-    )
+ENDED_TXN = ENDED_ROWS + " AND seq = %s"
+OUTCOME_FLAGS = "(state = 'committed')::int | (fenced::int << 1)"
 
 
 # -- reads: snapshots --------------------------------------------------------------------
@@ -285,10 +275,16 @@ SNAPSHOT_COUNTERS = (
     "SELECT (SELECT coalesce(max(snapshot_id), -1) FROM snapshots WHERE topic_id = %s),"
     " (SELECT coalesce(max(segment_id), -1) FROM snapshot_segments WHERE topic_id = %s)"
 )
-SEGMENTS = (
+_SEGMENTS = (
     "SELECT segment_id, data FROM snapshot_segments"
     " WHERE topic_id = %s AND segment_id = ANY(%s::bigint[])"
 )
+
+
+def segments(topic_id: int, ids: Sequence[int]) -> tuple[str, Params]:
+    """``(segment_id, data)`` of the given segments (the ids as one array)."""
+    return _SEGMENTS, (topic_id, [int(i) for i in ids])
+
 
 # -- reads: every topic at once (recovery, see PgStore.prefetch_recovery) ----------------
 
@@ -332,11 +328,23 @@ VIEW_REMOTE = (
     "SELECT ledger_id, entries, url, size FROM ledgers WHERE topic_id = %s"
     " AND location = 'remote' ORDER BY ledger_id"
 )
-VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state <> ALL(%s::text[])"
-VIEW_FIRST_DATA = (
+_VIEW_UNDECIDED = "SELECT seq, topics FROM txns WHERE state <> ALL(%s::text[])"
+_VIEW_FIRST_DATA = (
     "SELECT ledger_id, entry_id FROM entries WHERE topic_id = %s AND kind = 0"
     " AND txn = ANY(%s::bigint[])"
 )
+
+
+def view_undecided(decided: Sequence[str]) -> tuple[str, Params]:
+    """``(seq, topics)`` of the transactions whose state is not in ``decided``."""
+    return _VIEW_UNDECIDED, (list(decided),)
+
+
+def view_first_data(topic_id: int, txns: Sequence[int]) -> tuple[str, Params]:
+    """``(ledger_id, entry_id)`` of the data entries of ``txns`` (no order yet)."""
+    return _VIEW_FIRST_DATA, (topic_id, [int(txn) for txn in txns])
+
+
 VIEW_AFTER = " AND (ledger_id, entry_id) > (%s, %s)"
 VIEW_FIRST_ORDER = " ORDER BY ledger_id, entry_id LIMIT 1"
 VIEW_NTH = (

@@ -16,7 +16,9 @@
 * **Reads** go to a pool of autocommit connections (``psycopg_pool``); each sees what
   was committed when it began and never waits for the writer (MVCC).
 
-The statements are :mod:`._pg_sql`'s; the schema and its migrations :mod:`._pg_schema`'s.
+The statements are :mod:`._pg_sql`'s; the typed reads over them :class:`._sql_reads.SqlStore`'s
+(shared with SQLite: this store adds the recovery prefetch); the schema and its migrations
+:mod:`._pg_schema`'s.
 This is the only module that opens PostgreSQL connections for the engine.
 """
 
@@ -29,9 +31,9 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -43,10 +45,11 @@ from ._pg_lease import STORE_SCOPE, Lease, LeaseState, read_lease
 from ._pg_schema import migrate
 from ._pg_url import redact
 from ._pg_write import Run, apply_flush, flush_committed
-from ._position import Position
-from ._store import Row, StorageMetrics, Store
+from ._sql_reads import ReadStatements, SqlStore
+from ._store import Row, StorageMetrics
 
 log = logging.getLogger("txnstream.store")
+_R = TypeVar("_R")
 
 _APPLICATION = "txnstream"
 _SETTLE_MIN_SECONDS = 5.0
@@ -111,8 +114,19 @@ class _Prefetched:
     producers_taken: set[int] = field(default_factory=set)
 
 
-class PgStore(Store):
+def _take_once(rows: dict[int, list[_R]], taken: set[int], topic_id: int) -> list[_R] | None:
+    """A topic's prefetched rows the first time they are asked for; None after (read)."""
+    found = rows.pop(topic_id, None)
+    if found is None and topic_id in taken:
+        return None
+    taken.add(topic_id)
+    return found or []
+
+
+class PgStore(SqlStore):
     """The store on a PostgreSQL database: see the module docstring."""
+
+    _sql: ClassVar[ReadStatements] = sql
 
     kick_at_once = True  # the writer is a server beside the loop, not a thread in it
 
@@ -352,9 +366,9 @@ class PgStore(Store):
 
     # -- reading -------------------------------------------------------------------
 
-    async def read(self, query: str, params: Params | Mapping[str, Any] = ()) -> list[Any]:
-        """Run PostgreSQL SQL on a read connection; sees only committed data. (This
-        store's own: the typed reads use it, and its tests and tools.)"""
+    async def read(self, query: str, params: Params | Mapping[str, Any] = ()) -> list[Row]:
+        """Run PostgreSQL SQL on a pooled read connection; sees only committed data.
+        (The typed reads use it, and this store's tests and tools.)"""
         self._check_readable()
         attempts = self._pool.max_size + 1
         for attempt in range(1, attempts + 1):
@@ -407,158 +421,31 @@ class PgStore(Store):
 
     async def ledger_rows(self, topic_id: int) -> list[Row]:
         if (prefetched := self._prefetched_for(topic_id)) is not None:
-            rows = prefetched.ledgers.pop(topic_id, None)
-            if rows is not None or topic_id not in prefetched.ledgers_taken:
-                prefetched.ledgers_taken.add(topic_id)
-                return rows or []
-        return await self.read(sql.LEDGERS, (topic_id,))
+            rows = _take_once(prefetched.ledgers, prefetched.ledgers_taken, topic_id)
+            if rows is not None:
+                return rows
+        return await super().ledger_rows(topic_id)
 
     async def ledger_totals(self, topic_id: int, ledger_id: int) -> tuple[int, int]:
         if (prefetched := self._prefetched_for(topic_id)) is not None:
             totals = prefetched.totals.pop((topic_id, ledger_id), None)
             if totals is not None:
                 return totals
-        ((entries, size),) = await self.read(sql.LEDGER_TOTALS, (topic_id, ledger_id))
-        return int(entries), int(size)
-
-    async def read_range(
-        self, topic_id: int, start: Position, end: Position, limit: int
-    ) -> list[Row]:
-        return await self.read(
-            sql.RANGE,
-            (topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
-        )
-
-    async def read_positions(self, topic_id: int, positions: Sequence[Position]) -> list[Row]:
-        if not positions:
-            return []
-        ledgers = [int(p.ledger_id) for p in positions]
-        entries = [int(p.entry_id) for p in positions]
-        return await self.read(sql.POSITIONS, (ledgers, entries, topic_id))
-
-    async def read_metas(self, topic_id: int, start: Position, limit: int) -> list[Row]:
-        return await self.read(sql.METAS, (topic_id, start.ledger_id, start.entry_id, limit))
-
-    async def count_data(
-        self,
-        topic_id: int,
-        start: Position,
-        end: Position,
-        except_txns: Sequence[int],
-        except_keys: Sequence[int],
-    ) -> int:
-        rows = await self.read(
-            sql.COUNT_DATA,
-            (
-                topic_id,
-                start.ledger_id,
-                start.entry_id,
-                end.ledger_id,
-                end.entry_id,
-                [int(txn) for txn in except_txns],
-                [int(key) for key in except_keys],
-            ),
-        )
-        return int(rows[0][0])
-
-    async def ledger_entries(self, topic_id: int, ledger_id: int) -> list[Row]:
-        return await self.read(sql.LEDGER_ROWS, (topic_id, ledger_id))
-
-    async def ledger_aborted(self, topic_id: int, ledger_id: int) -> list[Row]:
-        return await self.read(sql.LEDGER_ABORTED, (topic_id, ledger_id))
-
-    async def topic_rows(self) -> list[Row]:
-        return await self.read(sql.TOPICS)
-
-    async def partitioned_rows(self) -> list[Row]:
-        return await self.read(sql.PARTITIONED)
-
-    async def subscription_policy_rows(self) -> list[Row]:
-        return await self.read(sql.SUBSCRIPTION_POLICIES)
-
-    async def redelivery_rows(self) -> list[Row]:
-        return await self.read(sql.REDELIVERIES)
-
-    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
-        return await self.read(sql.DELIVERY_TIMES, (after_ms,))
-
-    async def topic_ttl_rows(self) -> list[Row]:
-        return await self.read(sql.TOPIC_TTLS)
-
-    async def next_topic_id(self) -> int:
-        highest, reserved = (await self.read(sql.NEXT_TOPIC_ID))[0]
-        return max(int(highest) + 1, int(reserved or 0))
+        return await super().ledger_totals(topic_id, ledger_id)
 
     async def producer_rows(self, topic_id: int) -> list[Row]:
         if (prefetched := self._prefetched_for(topic_id)) is not None:
-            rows = prefetched.producers.pop(topic_id, None)
-            if rows is not None or topic_id not in prefetched.producers_taken:
-                prefetched.producers_taken.add(topic_id)
-                return rows or []
-        return await self.read(sql.PRODUCERS, (topic_id,))
-
-    async def subscription_rows(self) -> list[Row]:
-        return await self.read(sql.SUBSCRIPTIONS)
-
-    async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
-        return dict(await self.read(sql.STORE_META, (list(keys),)))
-
-    async def remote_ledger_count(self) -> int:
-        return int((await self.read(sql.REMOTE_LEDGERS))[0][0])
-
-    async def next_txn_seq(self) -> int | None:
-        rows = await self.read(sql.NEXT_TXN_SEQ)
-        return int(rows[0][0]) if rows else None
-
-    async def nth_newest_ended_seq(self, ended_since_ms: int, n: int) -> int | None:
-        rows = await self.read(sql.NTH_NEWEST_ENDED, (ended_since_ms, n))
-        return int(rows[0][0]) if rows else None
-
-    async def outcome_codes(
-        self, ended_since_ms: int, below_seq: int, limit: int, reason_codes: Mapping[str, int]
-    ) -> list[tuple[int, int]]:
-        rows = await self.read(sql.outcome_codes(reason_codes), (ended_since_ms, below_seq, limit))
-        return [(int(seq), int(code)) for seq, code in rows]
-
-    async def txn_rows(self, ended_since_ms: int, from_seq: int) -> list[Row]:
-        return await self.read(sql.TXNS, (ended_since_ms, from_seq))
-
-    async def finish_keys(self) -> list[str]:
-        return [key for (key,) in await self.read(sql.FINISH_KEYS)]
-
-    async def ended_txn_row(self, seq: int) -> Row | None:
-        rows = await self.read(sql.ENDED_TXN, (seq,))
-        return rows[0] if rows else None
-
-    async def ended_txn_rows(
-        self,
-        *,
-        state: str | None,
-        label_prefix: str | None,
-        born_before_ms: int | None,
-        after_seq: int,
-        upto_seq: int,
-        limit: int,
-    ) -> list[Row]:
-        params: list[object] = []
-        if state is not None:
-            params.append(state)
-        if label_prefix is not None:
-            params += [len(label_prefix), label_prefix]
-        if born_before_ms is not None:
-            params.append(born_before_ms)
-        query = sql.ended_txns(
-            state is not None, label_prefix is not None, born_before_ms is not None
-        )
-        return await self.read(query, (*params, after_seq, upto_seq, limit))
+            rows = _take_once(prefetched.producers, prefetched.producers_taken, topic_id)
+            if rows is not None:
+                return rows
+        return await super().producer_rows(topic_id)
 
     async def snapshot_rows(self, topic_id: int) -> list[tuple[int, bytes]]:
         if (prefetched := self._prefetched_for(topic_id)) is not None:
-            rows = prefetched.snapshots.pop(topic_id, None)
-            if rows is not None or topic_id not in prefetched.snapshots_taken:
-                prefetched.snapshots_taken.add(topic_id)
-                return rows or []
-        return await self.read(sql.SNAPSHOTS, (topic_id,))
+            rows = _take_once(prefetched.snapshots, prefetched.snapshots_taken, topic_id)
+            if rows is not None:
+                return rows
+        return await super().snapshot_rows(topic_id)
 
     async def snapshot_counters(self, topic_id: int) -> tuple[int, int]:
         prefetched = self._prefetched_for(topic_id)
@@ -566,16 +453,7 @@ class PgStore(Store):
             prefetched.counters_taken.add(topic_id)
             snapshots = prefetched.snapshot_ids.get(topic_id, -1)
             return snapshots, prefetched.segments.get(topic_id, -1)
-        ((snapshot, segment),) = await self.read(sql.SNAPSHOT_COUNTERS, (topic_id, topic_id))
-        return int(snapshot), int(segment)
-
-    async def snapshot_segments(
-        self, topic_id: int, segment_ids: Sequence[int]
-    ) -> dict[int, bytes]:
-        if not segment_ids:
-            return {}
-        rows = await self.read(sql.SEGMENTS, (topic_id, [int(i) for i in segment_ids]))
-        return dict(rows)
+        return await super().snapshot_counters(topic_id)
 
 
 class LeaseWatch:

@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
+from typing import ClassVar
 
 import psycopg
 from psycopg import IsolationLevel
 
 from . import _pg_sql as sql
+from ._batch import Params
 from ._errors import InvalidArgumentError, LedgerError
 from ._pg_url import redact
-from ._position import Position
-from ._store import DataRow, StoreReader
+from ._sql_reads import SqlStoreReader, ViewStatements
+from ._store import DataRow, Row
 
 _REQUIRED_TABLES = ["topics", "ledgers", "entries", "aborted_txns", "txns"]
 
 
-class PgStoreReader(StoreReader):
+class PgStoreReader(SqlStoreReader):
     """:class:`~txnstream.ledger.StoreReader` on a PostgreSQL store's database."""
+
+    _sql: ClassVar[ViewStatements] = sql
 
     def __init__(self, url: str, connect_timeout: int = 10) -> None:
         self.url = url
@@ -67,56 +70,11 @@ class PgStoreReader(StoreReader):
         with self._conn.transaction():
             yield
 
-    def _rows(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _rows(self, query: str, params: Params) -> list[Row]:
         return self._conn.execute(query, params).fetchall()
 
-    def _position(self, query: str, params: Sequence[Any]) -> Position | None:
-        row = self._conn.execute(query, params).fetchone()
-        return None if row is None else Position(row[0], row[1])
-
-    def topic_id(self, name: str) -> int | None:
-        row = self._conn.execute(sql.VIEW_TOPIC, (name,)).fetchone()
-        return None if row is None else int(row[0])
-
-    def first_local(self, topic_id: int) -> Position | None:
-        return self._position(sql.VIEW_FIRST, (topic_id,))
-
-    def last_local(self, topic_id: int, before: Position | None = None) -> Position | None:
-        if before is None:
-            return self._position(sql.VIEW_LAST, (topic_id,))
-        return self._position(sql.VIEW_LAST_BEFORE, (topic_id, before.ledger_id, before.entry_id))
-
-    def remote_ledgers(self, topic_id: int) -> list[tuple[int, int, str, int | None]]:
-        rows = self._rows(sql.VIEW_REMOTE, (topic_id,))
-        return [(int(i), int(n), str(u), s) for i, n, u, s in rows]
-
-    def undecided_txns(self, decided: Sequence[str]) -> list[tuple[int, bytes]]:
-        rows = self._rows(sql.VIEW_UNDECIDED, (list(decided),))
-        return [(int(seq), topics) for seq, topics in rows]
-
-    def first_data_of(
-        self, topic_id: int, txns: Sequence[int], after: Position | None
-    ) -> Position | None:
-        query = sql.VIEW_FIRST_DATA
-        params: list[object] = [topic_id, [int(txn) for txn in txns]]
-        if after is not None:
-            query += sql.VIEW_AFTER
-            params += [after.ledger_id, after.entry_id]
-        return self._position(query + sql.VIEW_FIRST_ORDER, params)
-
-    def nth_local(self, topic_id: int, start: Position, n: int) -> Position | None:
-        return self._position(sql.VIEW_NTH, (topic_id, start.ledger_id, start.entry_id, n))
-
-    def ledger_tops(self, topic_id: int) -> list[tuple[int, int | None]]:
-        rows = self._rows(sql.VIEW_LEDGER_TOPS, (topic_id,))
-        return [(int(ledger), top) for ledger, top in rows]
-
-    def has_aborts_from(self, topic_id: int, ledger_id: int) -> bool:
-        return bool(self._rows(sql.VIEW_HAS_ABORTS, (topic_id, ledger_id)))
-
-    def aborted_in(self, topic_id: int, ledger_id: int, lo: int, hi: int) -> set[int]:
-        rows = self._rows(sql.VIEW_ABORTED, (topic_id, ledger_id, lo, ledger_id, hi, ledger_id, lo))
-        return {int(txn) for (txn,) in rows}
+    def _one(self, query: str, params: Params) -> Row | None:
+        return self._conn.execute(query, params).fetchone()
 
     def data_rows(
         self, topic_id: int, ledger_id: int, lo: int, hi: int, chunk: int

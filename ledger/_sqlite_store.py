@@ -10,8 +10,9 @@ separate read connections.
 * Reads go to ``readers`` read-only connections (aiosqlite, used through its public
   API), round robin; in WAL mode they see committed data only and never wait for
   the writer.
-* The statements are :mod:`txnstream.ledger._sqlite_sql`'s; the schema and its
-  migrations :mod:`txnstream.ledger._schema`'s.
+* The statements are :mod:`txnstream.ledger._sqlite_sql`'s; the typed reads over them
+  are :class:`~txnstream.ledger._sql_reads.SqlStore`'s (shared with PostgreSQL); the
+  schema and its migrations :mod:`txnstream.ledger._schema`'s.
 
 This and :mod:`txnstream.ledger._sqlite_view` are the only modules that open SQLite
 connections (besides the writer process's program, :mod:`txnstream.ledger._sqlwriter`).
@@ -21,39 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import queue
 import sqlite3
 import threading
-from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import aiosqlite
-import msgspec
 
 from . import _sqlite_sql as sql
 from ._batch import Params, WriteBatch
 from ._lock import DirectoryLock
-from ._position import Position
 from ._schema import migrate
+from ._sql_reads import ReadStatements, SqlStore
 from ._sqlwriter import Statements, apply_flush, writer_pragmas
-from ._store import Row, StorageMetrics, Store
+from ._store import Row, StorageMetrics
 from ._writer_process import WriterProcess
 
 _TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 _T = TypeVar("_T")
-_JSON_ENCODE = msgspec.json.Encoder().encode
-
-
-def _json_ints(values: Sequence[int]) -> str:
-    """Ints as JSON text for ``json_each``. msgspec: ~5 ms for 200,000 ints where joining
-    their str() took ~24 (a backlog count leaves out every aborted transaction of its
-    range). A str, not bytes: the json functions of SQLite before 3.45 refuse a BLOB."""
-    items = values.tolist() if isinstance(values, array) else list(values)
-    return _JSON_ENCODE(items).decode()
 
 
 class _WriterThread:
@@ -124,8 +113,10 @@ class _WriterThread:
         await asyncio.to_thread(self._thread.join)
 
 
-class SqliteStore(Store):
+class SqliteStore(SqlStore):
     """The store on one SQLite file (WAL mode): see the module docstring."""
+
+    _sql: ClassVar[ReadStatements] = sql
 
     def __init__(
         self,
@@ -261,156 +252,13 @@ class SqliteStore(Store):
 
     # -- reading -------------------------------------------------------------------
 
-    async def read(self, query: str, params: Params = ()) -> list[Any]:
-        """Run SQLite SQL on a read connection; sees only committed (durable) data.
-        (This store's own: the typed reads use it, and its tests and tools.)"""
+    async def read(self, query: str, params: Params = ()) -> list[Row]:
+        """Run SQLite SQL on a read connection, round robin; sees only committed
+        (durable) data. (The typed reads use it, and this store's tests and tools.)"""
         self._check_readable()
         reader = next(self._reader_cycle)
         rows = await reader.execute_fetchall(query, params)
-        return list(rows)
-
-    async def ledger_rows(self, topic_id: int) -> list[Row]:
-        return await self.read(sql.LEDGERS, (topic_id,))
-
-    async def ledger_totals(self, topic_id: int, ledger_id: int) -> tuple[int, int]:
-        ((entries, size),) = await self.read(sql.LEDGER_TOTALS, (topic_id, ledger_id))
-        return int(entries), int(size)
-
-    async def read_range(
-        self, topic_id: int, start: Position, end: Position, limit: int
-    ) -> list[Row]:
-        return await self.read(
-            sql.RANGE,
-            (topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
-        )
-
-    async def read_positions(self, topic_id: int, positions: Sequence[Position]) -> list[Row]:
-        return await self.read(sql.positions(positions), (topic_id,))
-
-    async def read_metas(self, topic_id: int, start: Position, limit: int) -> list[Row]:
-        return await self.read(sql.METAS, (topic_id, start.ledger_id, start.entry_id, limit))
-
-    async def count_data(
-        self,
-        topic_id: int,
-        start: Position,
-        end: Position,
-        except_txns: Sequence[int],
-        except_keys: Sequence[int],
-    ) -> int:
-        rows = await self.read(
-            sql.COUNT_DATA,
-            (
-                topic_id,
-                start.ledger_id,
-                start.entry_id,
-                end.ledger_id,
-                end.entry_id,
-                _json_ints(except_txns),
-                _json_ints(except_keys),
-            ),
-        )
-        return int(rows[0][0])
-
-    async def ledger_entries(self, topic_id: int, ledger_id: int) -> list[Row]:
-        return await self.read(sql.LEDGER_ROWS, (topic_id, ledger_id))
-
-    async def ledger_aborted(self, topic_id: int, ledger_id: int) -> list[Row]:
-        return await self.read(sql.LEDGER_ABORTED, (topic_id, ledger_id))
-
-    async def topic_rows(self) -> list[Row]:
-        return await self.read(sql.TOPICS)
-
-    async def partitioned_rows(self) -> list[Row]:
-        return await self.read(sql.PARTITIONED)
-
-    async def next_topic_id(self) -> int:
-        highest, reserved = (await self.read(sql.NEXT_TOPIC_ID))[0]
-        return max(int(highest) + 1, int(reserved or 0))
-
-    async def producer_rows(self, topic_id: int) -> list[Row]:
-        return await self.read(sql.PRODUCERS, (topic_id,))
-
-    async def subscription_rows(self) -> list[Row]:
-        return await self.read(sql.SUBSCRIPTIONS)
-
-    async def subscription_policy_rows(self) -> list[Row]:
-        return await self.read(sql.SUBSCRIPTION_POLICIES)
-
-    async def redelivery_rows(self) -> list[Row]:
-        return await self.read(sql.REDELIVERIES)
-
-    async def delivery_time_rows(self, after_ms: int) -> list[Row]:
-        return await self.read(sql.DELIVERY_TIMES, (after_ms,))
-
-    async def topic_ttl_rows(self) -> list[Row]:
-        return await self.read(sql.TOPIC_TTLS)
-
-    async def store_meta(self, keys: Sequence[str]) -> dict[str, Any]:
-        return dict(await self.read(sql.STORE_META, (json.dumps(list(keys)),)))
-
-    async def remote_ledger_count(self) -> int:
-        return int((await self.read(sql.REMOTE_LEDGERS))[0][0])
-
-    async def next_txn_seq(self) -> int | None:
-        rows = await self.read(sql.NEXT_TXN_SEQ)
-        return int(rows[0][0]) if rows else None
-
-    async def nth_newest_ended_seq(self, ended_since_ms: int, n: int) -> int | None:
-        rows = await self.read(sql.NTH_NEWEST_ENDED, (ended_since_ms, n))
-        return int(rows[0][0]) if rows else None
-
-    async def outcome_codes(
-        self, ended_since_ms: int, below_seq: int, limit: int, reason_codes: Mapping[str, int]
-    ) -> list[tuple[int, int]]:
-        return await self.read(sql.outcome_codes(reason_codes), (ended_since_ms, below_seq, limit))
-
-    async def txn_rows(self, ended_since_ms: int, from_seq: int) -> list[Row]:
-        return await self.read(sql.TXNS, (ended_since_ms, from_seq))
-
-    async def finish_keys(self) -> list[str]:
-        return [key for (key,) in await self.read(sql.FINISH_KEYS)]
-
-    async def ended_txn_row(self, seq: int) -> Row | None:
-        rows = await self.read(sql.ENDED_TXN, (seq,))
-        return rows[0] if rows else None
-
-    async def ended_txn_rows(
-        self,
-        *,
-        state: str | None,
-        label_prefix: str | None,
-        born_before_ms: int | None,
-        after_seq: int,
-        upto_seq: int,
-        limit: int,
-    ) -> list[Row]:
-        params: list[object] = []
-        if state is not None:
-            params.append(state)
-        if label_prefix is not None:
-            params += [len(label_prefix), label_prefix]
-        if born_before_ms is not None:
-            params.append(born_before_ms)
-        query = sql.ended_txns(
-            state is not None, label_prefix is not None, born_before_ms is not None
-        )
-        return await self.read(query, (*params, after_seq, upto_seq, limit))
-
-    async def snapshot_rows(self, topic_id: int) -> list[tuple[int, bytes]]:
-        return await self.read(sql.SNAPSHOTS, (topic_id,))
-
-    async def snapshot_counters(self, topic_id: int) -> tuple[int, int]:
-        ((snapshot, segment),) = await self.read(sql.SNAPSHOT_COUNTERS, (topic_id, topic_id))
-        return int(snapshot), int(segment)
-
-    async def snapshot_segments(
-        self, topic_id: int, segment_ids: Sequence[int]
-    ) -> dict[int, bytes]:
-        if not segment_ids:
-            return {}
-        rows = await self.read(sql.segments(segment_ids), (topic_id,))
-        return dict(rows)
+        return list(rows)  # type: ignore[arg-type]  # (no row factory: tuples)
 
 
 def _size(path: Path) -> int:

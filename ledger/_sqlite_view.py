@@ -11,14 +11,16 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 from . import _sqlite_sql as sql
+from ._batch import Params
 from ._errors import InvalidArgumentError, LedgerError
-from ._position import Position
 from ._schema import DB_FILE
-from ._store import DataRow, StoreReader
+from ._sql_reads import SqlStoreReader, ViewStatements
+from ._store import DataRow, Row
 
 _REQUIRED_TABLES = ("topics", "ledgers", "entries", "aborted_txns", "txns")
 _TIERS_SCHEMA = 3
@@ -41,8 +43,10 @@ def database_file(path: str | Path) -> Path:
     return db
 
 
-class SqliteStoreReader(StoreReader):
+class SqliteStoreReader(SqlStoreReader):
     """:class:`~txnstream.ledger.StoreReader` on a data directory's SQLite file."""
+
+    _sql: ClassVar[ViewStatements] = sql
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -83,57 +87,15 @@ class SqliteStoreReader(StoreReader):
         finally:
             self._conn.execute("COMMIT")
 
-    def _position(self, query: str, params: Sequence[object]) -> Position | None:
-        row = self._conn.execute(query, params).fetchone()
-        return None if row is None else Position(row[0], row[1])
+    def _rows(self, query: str, params: Params) -> list[Row]:
+        return self._conn.execute(query, params).fetchall()
 
-    def topic_id(self, name: str) -> int | None:
-        row = self._conn.execute(sql.VIEW_TOPIC, (name,)).fetchone()
-        return None if row is None else int(row[0])
-
-    def first_local(self, topic_id: int) -> Position | None:
-        return self._position(sql.VIEW_FIRST, (topic_id,))
-
-    def last_local(self, topic_id: int, before: Position | None = None) -> Position | None:
-        if before is None:
-            return self._position(sql.VIEW_LAST, (topic_id,))
-        return self._position(sql.VIEW_LAST_BEFORE, (topic_id, before.ledger_id, before.entry_id))
+    def _one(self, query: str, params: Params) -> Row | None:
+        row: Row | None = self._conn.execute(query, params).fetchone()
+        return row
 
     def remote_ledgers(self, topic_id: int) -> list[tuple[int, int, str, int | None]]:
-        if not self._tiers:
-            return []
-        rows = self._conn.execute(sql.VIEW_REMOTE, (topic_id,)).fetchall()
-        return [(int(i), int(n), str(u), s) for i, n, u, s in rows]
-
-    def undecided_txns(self, decided: Sequence[str]) -> list[tuple[int, bytes]]:
-        query = sql.VIEW_UNDECIDED.format(marks=",".join("?" * len(decided)))
-        return [(int(seq), topics) for seq, topics in self._conn.execute(query, tuple(decided))]
-
-    def first_data_of(
-        self, topic_id: int, txns: Sequence[int], after: Position | None
-    ) -> Position | None:
-        query = sql.VIEW_FIRST_DATA.format(marks=",".join("?" * len(txns)))
-        params: list[object] = [topic_id, *txns]
-        if after is not None:
-            query += sql.VIEW_AFTER
-            params += [after.ledger_id, after.entry_id]
-        return self._position(query + sql.VIEW_FIRST_ORDER, params)
-
-    def nth_local(self, topic_id: int, start: Position, n: int) -> Position | None:
-        return self._position(sql.VIEW_NTH, (topic_id, start.ledger_id, start.entry_id, n))
-
-    def ledger_tops(self, topic_id: int) -> list[tuple[int, int | None]]:
-        rows = self._conn.execute(sql.VIEW_LEDGER_TOPS, (topic_id,)).fetchall()
-        return [(int(ledger), top) for ledger, top in rows]
-
-    def has_aborts_from(self, topic_id: int, ledger_id: int) -> bool:
-        return self._conn.execute(sql.VIEW_HAS_ABORTS, (topic_id, ledger_id)).fetchone() is not None
-
-    def aborted_in(self, topic_id: int, ledger_id: int, lo: int, hi: int) -> set[int]:
-        rows = self._conn.execute(
-            sql.VIEW_ABORTED, (topic_id, ledger_id, lo, ledger_id, hi, ledger_id, lo)
-        ).fetchall()
-        return {int(txn) for (txn,) in rows}
+        return super().remote_ledgers(topic_id) if self._tiers else []
 
     def data_rows(
         self, topic_id: int, ledger_id: int, lo: int, hi: int, chunk: int

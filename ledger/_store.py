@@ -23,7 +23,9 @@ store (PostgreSQL) is a sibling subclass: a statement for every operation key of
 :data:`txnstream.ledger._batch.OPERATIONS` (the SQLite table is
 :mod:`txnstream.ledger._sqlite_sql`), the transport (:meth:`Store._hop`,
 :meth:`Store._transient`, :meth:`Store._close_connections`), the reads, and a
-:class:`StoreReader`; the group commit machinery below is shared.
+:class:`StoreReader`; the group commit machinery below is shared, and so are the reads
+of a store on SQL (:mod:`txnstream.ledger._sql_reads`: a statement module and a way to
+run a query is all such a store supplies).
 
 Contracts every implementation keeps:
 

@@ -26,10 +26,11 @@ from txnstream.ledger import (
     TxnNotFoundError,
     TxnNotOpenError,
     WriteBatch,
+    _sqlite_sql,
     now_ms,
 )
 from txnstream.ledger._schema import migrate
-from txnstream.ledger._sqlite_sql import outcome_codes
+from txnstream.ledger._sql_reads import outcome_codes
 from txnstream.txn_buffer import Coordinator, TxnRecord, TxnState
 from txnstream.txn_buffer._records import _REASON_CODES, REASONS, _outcome_code
 
@@ -618,7 +619,7 @@ def test_outcome_codes_read_by_sqlite_equal_the_ones_made_in_memory() -> None:
         " created_ms, ended_ms, reason) VALUES (?, ?, 0, 0, ?, x'90', x'90', 0, 5, ?)",
         [(seq, state, fenced, reason) for seq, (state, fenced, reason) in enumerate(combos)],
     )
-    query = outcome_codes(_REASON_CODES)
+    query = outcome_codes(_sqlite_sql, _REASON_CODES)
     codes = dict(conn.execute(query, (0, len(combos), len(combos))).fetchall())
     assert codes == {
         seq: _outcome_code(state == "committed", bool(fenced), reason)
