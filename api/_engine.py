@@ -122,6 +122,8 @@ class Engine:
     if not TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any:
+            """``state``, ``recovery`` and ``active_url``: the core's, read as they are
+            now (attributes, not properties: the public surface is the methods)."""
             if name in _CORE_VIEW:
                 return getattr(self._core, name)
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -144,9 +146,7 @@ class Engine:
         instead (state ``STANDBY``, calls answer unavailable), takes over when that
         lease expires, and steps down to a standby again when it loses the lease.
         """
-        engine = cls(path, config)
-        engine._lifecycle.standby_allowed = standby and engine.store_url is not None
-        return _EngineOpener(engine)
+        return _EngineOpener(cls(path, config), standby)
 
     async def __aenter__(self) -> Self:
         return self
@@ -230,14 +230,15 @@ _CORE_VIEW = frozenset({"state", "recovery", "active_url"})
 class _EngineOpener:
     """``await Engine.open(...)`` or ``async with Engine.open(...) as engine``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, standby: bool) -> None:
         self._engine = engine
+        self._standby = standby
 
     def __await__(self) -> Any:
         return self._open().__await__()
 
     async def _open(self) -> Engine:
-        await self._engine._lifecycle.open()
+        await self._engine._lifecycle.open(standby=self._standby)
         return self._engine
 
     async def __aenter__(self) -> Engine:

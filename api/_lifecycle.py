@@ -68,7 +68,7 @@ class Lifecycle:
         self._maintenance = maintenance
         self._policies = policies
         self._offloading = offloading
-        self.standby_allowed = False
+        self._standby_allowed = False
         """PostgreSQL store: wait as a standby when another server holds the lease (and
         step down to one when it is lost), instead of failing."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,16 +86,20 @@ class Lifecycle:
             self._storage_metrics = runtime.store.storage_metrics()
         return self._storage_metrics
 
-    async def open(self) -> None:
-        if self._core.state is not EngineState.UNOPENED:
+    async def open(self, *, standby: bool = False) -> None:
+        """Open the store and recover (see :meth:`~txnstream.api.Engine.open`); with
+        ``standby`` (PostgreSQL store), stand by while another server holds its lease."""
+        core = self._core
+        if core.state is not EngineState.UNOPENED:
             raise ClosedError("an engine cannot be reopened; make a new one")
+        self._standby_allowed = standby and core.store_url is not None
         if self._core.store_url is None:
             self._core.path.mkdir(parents=True, exist_ok=True)
         with gc_policy.collection_paused(self._config.gc_freeze):
             try:
                 await self.load()
             except DataDirLockedError:
-                if not self.standby_allowed:
+                if not self._standby_allowed:
                     raise
                 log.info("another server is the active: standing by")
                 self._enter_standby()
@@ -244,7 +248,7 @@ class Lifecycle:
             return
         self._core.failure = exc
         self._wake_all()
-        if self.standby_allowed and isinstance(exc, LeaseLostError):
+        if self._standby_allowed and isinstance(exc, LeaseLostError):
             log.error("this server lost the store's lease (%s): stepping down to standby", exc)
             self._core.state = EngineState.STANDBY
             self._core.active_url = None
@@ -275,7 +279,7 @@ class Lifecycle:
             try:
                 await self.load()
             except Exception as exc:  # noqa: BLE001 - any failure: report it, try again
-                if self.standby_allowed and isinstance(exc, DataDirLockedError):
+                if self._standby_allowed and isinstance(exc, DataDirLockedError):
                     await self._step_down()  # another server took over meanwhile
                     return
                 self._core.failure = exc
