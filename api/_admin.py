@@ -30,7 +30,7 @@ from txnstream.snapshots import (
 from txnstream.txn_buffer import Topic, TxnBuffer
 
 from ._config import RetentionPolicy
-from ._core import EngineCore, EngineState
+from ._core import Core, EngineState
 from ._maintenance import retention_cut
 from ._offsets import topic_offsets
 from ._partitions import MAX_PARTITIONS
@@ -52,8 +52,13 @@ _SUMMED_PER_SUBSCRIPTION = ("backlog", "unacked", "redeliveries")
 log = logging.getLogger("txnstream.engine")
 
 
-class TopicAdmin(EngineCore):
-    """The engine's topic administration (a part of :class:`~txnstream.api.Engine`)."""
+class TopicAdmin:
+    """The engine's topic administration (a part of :class:`~txnstream.api.Engine`):
+    topics, their statistics, retention and snapshots."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._config = core.config
 
     async def create_topic(self, name: str, *, partitions: int | None = None) -> bool:
         """Create ``name`` if it does not exist; True if it was created (idempotent).
@@ -63,7 +68,7 @@ class TopicAdmin(EngineCore):
         :mod:`txnstream.api._partitions`). :class:`ConflictError` if ``name`` exists with
         another partition count, or partitioned vs not.
         """
-        self._check_open()
+        self._core.check_open()
         validate_name(name)
         if partitions is not None and (
             isinstance(partitions, bool)
@@ -76,9 +81,9 @@ class TopicAdmin(EngineCore):
         )
         for part in names:
             validate_name(part)  # (a partition's name is longer than its topic's)
-        async with self._admin_lock:
-            self._check_open()
-            rt = self._rt  # this term's: a recovery meanwhile does not get the topic twice
+        async with self._core.admin_lock:
+            self._core.check_open()
+            rt = self._core.rt  # this term's: a recovery meanwhile does not get the topic twice
             existing = rt.partitioned.get(name)
             if existing is not None:
                 if existing.partitions == partitions:
@@ -119,22 +124,22 @@ class TopicAdmin(EngineCore):
             store,
             batch,
             topic_id,
-            max_entries=self.config.ledger_max_entries,
-            max_bytes=self.config.ledger_max_bytes,
-            remote=self._remote,
+            max_entries=self._config.ledger_max_entries,
+            max_bytes=self._config.ledger_max_bytes,
+            remote=self._core.remote,
         )
         return Topic(name, topic_id, ledger, TxnBuffer(), {}, created)
 
     async def list_topics(self) -> list[str]:
         """Names of every topic, sorted (the partitions of partitioned topics included;
         the partitioned topics themselves are :meth:`partitioned_topics`)."""
-        self._check_open()
-        return sorted(self._rt.topics)
+        self._core.check_open()
+        return sorted(self._core.rt.topics)
 
     async def partitioned_topics(self) -> dict[str, int]:
         """Every partitioned topic with its partition count, by name."""
-        self._check_open()
-        return {name: row.partitions for name, row in sorted(self._rt.partitioned.items())}
+        self._core.check_open()
+        return {name: row.partitions for name, row in sorted(self._core.rt.partitioned.items())}
 
     def parent_of(self, name: str) -> tuple[str, int] | None:
         """``(partitioned topic, index)`` if topic ``name`` is one of its partitions."""
@@ -142,7 +147,7 @@ class TopicAdmin(EngineCore):
         if match is None:
             return None
         parent, index = match.group(1), int(match.group(2))
-        runtime = self._runtime
+        runtime = self._core.runtime
         row = None if runtime is None else runtime.partitioned.get(parent)
         if row is None or index >= row.partitions or partition_name(parent, index) != name:
             return None
@@ -151,9 +156,9 @@ class TopicAdmin(EngineCore):
     async def delete_topic(self, name: str) -> None:
         """Delete a topic with its data, subscriptions, buffer state and snapshots
         (its offloaded objects too); a partitioned topic with all its partitions."""
-        async with self._admin_lock, self._tier_lock:
-            self._check_open()
-            rt = self._rt  # this term's, as its store is what the deletion is written to
+        async with self._core.admin_lock, self._core.tier_lock:
+            self._core.check_open()
+            rt = self._core.rt  # this term's, as its store is what the deletion is written to
             row = rt.partitioned.get(name)
             if row is None:
                 parent = self.parent_of(name)
@@ -161,9 +166,9 @@ class TopicAdmin(EngineCore):
                     raise ConflictError(
                         f"topic {name!r} is a partition of {parent[0]!r}: delete that topic"
                     )
-                topics = [self._topic(name)]
+                topics = [self._core.topic(name)]
             else:
-                topics = [self._topic(partition_name(name, i)) for i in range(row.partitions)]
+                topics = [self._core.topic(partition_name(name, i)) for i in range(row.partitions)]
             urls = []
             batch = WriteBatch()
             if row is not None:
@@ -189,36 +194,38 @@ class TopicAdmin(EngineCore):
             # after the commit: a failure here only leaves orphans (logged), never data
             # that a ledger row still points to
             for topic, topic_urls in zip(topics, urls, strict=True):
-                await self._delete_objects(topic_urls, topic.name)
+                await self._core.delete_objects(topic_urls, topic.name)
 
     async def topic_stats(self, name: str) -> TopicStats:
         """``name``'s statistics as a typed value."""
-        topic = self._topic(name)
-        started = [r.created_ms for r in self._rt.coordinator.open_records() if name in r.topics]
+        topic = self._core.topic(name)
+        started = [
+            r.created_ms for r in self._core.rt.coordinator.open_records() if name in r.topics
+        ]
         blocking = None
         oldest = topic.buffer.oldest_open()
         if oldest is not None:
             try:
-                record = self._rt.coordinator.get(oldest)
+                record = self._core.rt.coordinator.get(oldest)
                 blocking = BlockingTxn(str(oldest), record.created_ms, record.deadline_ms)
             except NotFoundError:  # recovered from the log alone: its end is on the way
                 blocking = BlockingTxn(str(oldest), None, None)
         return await topic_stats(
             topic,
-            self._rt.subscriptions.of_topic(name),
-            self._rt.snapshots.get(topic.topic_id),
-            self._rt.retention.get(name, self.config.default_retention),
+            self._core.rt.subscriptions.of_topic(name),
+            self._core.rt.snapshots.get(topic.topic_id),
+            self._core.rt.retention.get(name, self._config.default_retention),
             min(started) if started else None,
             blocking,
-            self._rt.offload.get(name),
+            self._core.rt.offload.get(name),
             topic_offsets(topic),
-            self._rt.ttl.get(name),
+            self._core.rt.ttl.get(name),
         )
 
     async def stats(self, name: str) -> dict[str, Any]:
         """The HTTP stats body of a topic, as a dict. A partitioned topic's lists its
         partitions' bodies under ``partitions`` (with the sums of their counts)."""
-        row = self._rt.partitioned.get(name) if self.state is EngineState.OPEN else None
+        row = self._core.rt.partitioned.get(name) if self._core.state is EngineState.OPEN else None
         if row is None:
             body = (await self.topic_stats(name)).as_dict()
             parent = self.parent_of(name)
@@ -264,12 +271,12 @@ class TopicAdmin(EngineCore):
     ) -> None:
         """Set ``topic``'s retention policy (None for both keeps everything, whatever
         ``EngineConfig.default_retention`` says)."""
-        owner = self._topic(topic)
+        owner = self._core.topic(topic)
         try:
             policy = RetentionPolicy(max_age, max_bytes, require_ack)
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from None
-        rt = self._rt
+        rt = self._core.rt
         batch = WriteBatch()
         Catalog.prepare_retention(batch, owner.topic_id, policy.encode())
         await rt.store.write(batch)
@@ -277,15 +284,16 @@ class TopicAdmin(EngineCore):
 
     async def apply_retention(self, topic: str) -> int:
         """Trim ``topic`` by its retention policy now; returns the ledgers deleted."""
-        return await self._apply_retention(self._topic(topic))
+        return await self.apply_retention_to(self._core.topic(topic))
 
-    async def _apply_retention(self, topic: Topic) -> int:
-        async with self._tier_lock:
+    async def apply_retention_to(self, topic: Topic) -> int:
+        """Trim ``topic`` by its retention policy (or the default) now."""
+        async with self._core.tier_lock:
             return await self._apply_retention_locked(topic)
 
     async def _apply_retention_locked(self, topic: Topic) -> int:
-        rt = self._rt
-        policy = rt.retention.get(topic.name, self.config.default_retention)
+        rt = self._core.rt
+        policy = rt.retention.get(topic.name, self._config.default_retention)
         if policy is None or topic.deleted:
             return 0
         state = rt.snapshots.get(topic.topic_id)
@@ -313,16 +321,16 @@ class TopicAdmin(EngineCore):
             prepare_snapshot(batch, topic, state)  # drops segments of deleted ledgers
         await rt.store.write(batch)
         log.info("topic %s: retention deleted %d ledger(s)", topic.name, removed)
-        await self._delete_objects(urls)  # remote ledgers go with their objects
+        await self._core.delete_objects(urls)  # remote ledgers go with their objects
         return removed
 
     async def take_snapshot(self, topic: str) -> dict[str, Any]:
         """Snapshot ``topic``'s transaction buffer now; returns what it holds."""
-        owner = self._topic(topic)
-        state = self._rt.snapshots[owner.topic_id]
+        owner = self._core.topic(topic)
+        state = self._core.rt.snapshots[owner.topic_id]
         batch = WriteBatch()
         size = await take_snapshot(batch, owner, state)
-        await self._rt.store.write(batch)
+        await self._core.rt.store.write(batch)
         buffer = owner.buffer
         lac, stable = buffer.last_confirmed, buffer.max_read_position
         return {

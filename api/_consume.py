@@ -27,7 +27,7 @@ from txnstream.ledger import (
 from txnstream.txn_buffer import PendingAck
 
 from ._core import (
-    EngineCore,
+    Core,
     EngineState,
     PositionsArg,
     PrincipalArg,
@@ -38,12 +38,20 @@ from ._core import (
 _MAX_RECEIVE = 10_000
 
 
-class Consuming(EngineCore):
-    """The engine's consuming side (a part of :class:`~txnstream.api.Engine`)."""
+class Consuming:
+    """Consuming one topic: subscriptions, delivery, acknowledgements, seek and the
+    range fetch (:class:`~txnstream.api._partitions.PartitionedConsuming` fans the
+    engine's calls out over a partitioned topic's partitions through it)."""
 
-    def _subscription(self, topic: str, name: str) -> Subscription:
-        self._topic(topic)
-        return self._rt.subscriptions.get(topic, name)
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._config = core.config
+        self._metrics = core.metrics
+
+    def subscription(self, topic: str, name: str) -> Subscription:
+        """Subscription ``name`` of the open engine's topic ``topic``."""
+        self._core.topic(topic)
+        return self._core.rt.subscriptions.get(topic, name)
 
     async def create_subscription(
         self,
@@ -85,9 +93,9 @@ class Consuming(EngineCore):
                 p.check("produce", target)  # the engine writes there on the caller's behalf
         elif nack_delay_ms is not None:
             policy = ConsumerPolicy()  # nack_delay_ms=0 given: back to the defaults
-        async with self._admin_lock:
-            return await self._rt.subscriptions.create(
-                self._topic(topic),
+        async with self._core.admin_lock:
+            return await self._core.rt.subscriptions.create(
+                self._core.topic(topic),
                 name,
                 type=type,
                 initial_position=initial_position,
@@ -98,16 +106,16 @@ class Consuming(EngineCore):
     async def subscription_policy(self, topic: str, subscription: str) -> dict[str, Any]:
         """The subscription's consumer policy: ``max_redeliveries``, ``dead_letter_topic``
         (the one in force, the default included) and ``nack_delay_ms``."""
-        sub = self._subscription(topic, subscription)
+        sub = self.subscription(topic, subscription)
         policy = sub.policy.as_dict()
         if sub.policy.max_redeliveries is not None:
             policy["dead_letter_topic"] = sub.policy.dead_letter_topic_of(topic, subscription)
         return policy
 
-    def _detach(self, topic: str, subscription: str, consumer: str) -> None:
+    def detach(self, topic: str, subscription: str, consumer: str) -> None:
         """Detach ``consumer``; its unacknowledged messages go to others (nothing to do
         once the engine is closed)."""
-        runtime = self._runtime
+        runtime = self._core.runtime
         if runtime is not None and (sub := runtime.subscriptions.find(topic, subscription)):
             sub.detach(consumer)
 
@@ -137,10 +145,10 @@ class Consuming(EngineCore):
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
         validate_name(consumer, "consumer")  # it is shown in stats, logs and the console
         max_wait = timeout
-        sub = self._subscription(topic, subscription)
+        sub = self.subscription(topic, subscription)
         if principal is not None and sub.isolation is not Isolation.READ_COMMITTED:
             check_uncommitted(principal, topic, subscription)
-        sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
+        sub.attach(consumer, expires=expires, expiry=self._config.consumer_expiry)
         started = time.perf_counter()
         while True:
             try:
@@ -150,18 +158,18 @@ class Consuming(EngineCore):
                 # The engine began recovering in place while this waited: say so (503
                 # recovering), or, if it is open again already, wait on for the rest of
                 # the time on the rebuilt subscription — never an empty answer at once.
-                self._check_open()
+                self._core.check_open()
                 timeout = max_wait - (time.perf_counter() - started)
                 if timeout <= 0:
                     messages = []
                     break
-                sub = self._subscription(topic, subscription)
-                sub.attach(consumer, expires=expires, expiry=self.config.consumer_expiry)
-        if self.state is not EngineState.OPEN:
-            self._check_open()
+                sub = self.subscription(topic, subscription)
+                sub.attach(consumer, expires=expires, expiry=self._config.consumer_expiry)
+        if self._core.state is not EngineState.OPEN:
+            self._core.check_open()
         if messages:
-            self.metrics.receive_wait.observe(time.perf_counter() - started)
-            self.metrics.messages_out.labels(topic).inc(len(messages))
+            self._metrics.receive_wait.observe(time.perf_counter() - started)
+            self._metrics.messages_out.labels(topic).inc(len(messages))
         return messages
 
     async def ack(
@@ -178,26 +186,26 @@ class Consuming(EngineCore):
 
         With a ``principal``, ``txn`` must be its own (:class:`ForbiddenError`).
         """
-        sub = self._subscription(topic, subscription)
+        sub = self.subscription(topic, subscription)
         if txn is not None and principal is not None:
-            await self._check_owner(txn, principal)
-            sub = self._subscription(topic, subscription)  # it may have gone meanwhile
+            await self._core.check_owner(txn, principal)
+            sub = self.subscription(topic, subscription)  # it may have gone meanwhile
         parsed = parse_positions(positions)
         if not parsed:
             return 0
         batch = WriteBatch()
         if txn is not None:
-            record = self._check_txn(txn)
+            record = self._core.check_txn(txn)
             sub.check_ack(parsed, cumulative, record.txn_id)
             ack = PendingAck(topic, subscription, tuple(str(p) for p in parsed), cumulative)
-            self._rt.coordinator.register_ack(batch, record, ack)
+            self._core.rt.coordinator.register_ack(batch, record, ack)
             sub.hold_for_txn(parsed, cumulative, record.txn_id)
         else:
             sub.check_ack(parsed, cumulative, None)
             sub.apply_ack(parsed, cumulative)
             sub.prepare_cursor_write(batch)
             sub.prefetch_next()  # while this waits for the fsync, the next range is read
-        await self._rt.store.write(batch)
+        await self._core.rt.store.write(batch)
         return len(parsed)
 
     async def nack(
@@ -214,17 +222,17 @@ class Consuming(EngineCore):
         they move to its dead-letter topic instead."""
         if delay_ms is not None:
             delay_ms = check_delay_ms(delay_ms)
-        sub = self._subscription(topic, subscription)
+        sub = self.subscription(topic, subscription)
         sub.nack(parse_positions(positions), delay_ms)
         batch = WriteBatch()
         sub.prepare_redelivery_write(batch)  # a limit or delay must outlive a restart
         if batch:
-            await self._rt.store.write(batch)
+            await self._core.rt.store.write(batch)
 
     async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Take back delivered positions their receiver never read (e.g. its connection
         closed as they were sent): delivered again first, not counted as redeliveries."""
-        self._subscription(topic, subscription).release(parse_positions(positions))
+        self.subscription(topic, subscription).release(parse_positions(positions))
 
     async def seek(
         self, topic: str, subscription: str, position: Position | str | datetime
@@ -235,10 +243,10 @@ class Consuming(EngineCore):
         or a time zone aware :class:`~datetime.datetime`: the first entry published at or
         after it (``"latest"`` if none was). Returns where the cursor went.
         """
-        sub = self._subscription(topic, subscription)
+        sub = self.subscription(topic, subscription)
         target: Position | str
         if isinstance(position, datetime):
-            target = await position_at(self._topic(topic), position) or "latest"
+            target = await position_at(self._core.topic(topic), position) or "latest"
         elif position in ("earliest", "latest"):
             target = str(position)
         else:
@@ -246,14 +254,14 @@ class Consuming(EngineCore):
         sub.seek(target)
         batch = WriteBatch()
         sub.prepare_cursor_write(batch)
-        await self._rt.store.write(batch)
+        await self._core.rt.store.write(batch)
         return target
 
     async def delete_subscription(self, topic: str, subscription: str) -> None:
         """Delete a subscription and its cursor."""
-        async with self._admin_lock:
-            sub = self._subscription(topic, subscription)
-            rt = self._rt
+        async with self._core.admin_lock:
+            sub = self.subscription(topic, subscription)
+            rt = self._core.rt
             batch = WriteBatch()
             rt.subscriptions.prepare_delete(batch, sub)
             rt.coordinator.forget(batch, topic, subscription)
@@ -282,7 +290,7 @@ class Consuming(EngineCore):
         _check_max_bytes(max_bytes)
         if isolation == "read_uncommitted":
             check_uncommitted(principal, topic)
-        owner = self._topic(topic)
+        owner = self._core.topic(topic)
         if isinstance(start, datetime):
             found = await position_at(owner, start)
             last = owner.buffer.last_confirmed

@@ -1,18 +1,19 @@
-"""The engine's state and the checks every call starts with (shared by its parts).
+"""What every part of the engine shares: the current term and the checks calls start with.
 
-:class:`EngineCore` holds what outlives a term of serving (configuration, metrics, the
-offloaded-object reader, locks, tasks) and the term itself, one
-:class:`~txnstream.api._runtime.Runtime` reached through ``_rt``; the
-:class:`~txnstream.api.Engine` facade is assembled from it and its parts (topic
-administration in :mod:`txnstream.api._admin`, consuming in :mod:`txnstream.api._consume`),
-which call each other only through these attributes.
+:class:`Core` holds what outlives a term of serving (configuration, metrics, the
+offloaded-object reader, the admin and tier locks), the lifecycle state, and the term
+itself, one :class:`~txnstream.api._runtime.Runtime` in one attribute. The engine's parts
+(producing :mod:`txnstream.api._produce`, consuming :mod:`txnstream.api._consume` and
+:mod:`txnstream.api._partitions`, topics :mod:`txnstream.api._admin`, transactions
+:mod:`txnstream.api._txns`, the lifecycle :mod:`txnstream.api._lifecycle`, ...) each take
+the one :class:`Core` and reach the term only through :attr:`Core.rt`, so none can see a
+new store beside an old coordinator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,8 +30,6 @@ from txnstream.ledger import (
     OffloadStore,
     Position,
     PostgresUrl,
-    StorageMetrics,
-    Store,
     TopicNotFoundError,
     TxnId,
     store_location,
@@ -166,8 +165,9 @@ def check_values(values: Sequence[Any]) -> Sequence[Any]:
     return values
 
 
-class EngineCore:
-    """What an engine owns, with the lifecycle and lookup checks of every call."""
+class Core:
+    """The lifecycle state, the current term and what outlives terms; the checks every
+    engine call starts with. One per engine, shared by its parts."""
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
         location = store_location(path)  # a path, a postgresql:// URL, or an error
@@ -177,63 +177,43 @@ class EngineCore:
         """The SQLite data directory (unused, the current directory, with PostgreSQL)."""
         self.config = config or EngineConfig()
         self.metrics = EngineMetrics()
+        self.state = EngineState.UNOPENED
+        self.failure: BaseException | None = None
+        """Why the engine is recovering or failed (None while it serves)."""
         self.recovery: RecoverySummary | None = None
         """What the last open (or in-place recovery) rebuilt; None before the first open."""
-        self.state = EngineState.UNOPENED
-        self._failure: BaseException | None = None
-        self._standby_allowed = False
-        """PostgreSQL store: wait as a standby when another server holds the lease (and
-        step down to one when it is lost), instead of failing."""
         self.active_url: str | None = None
         """While a standby: the active's advertised URL as the lease row says (None when
         unknown)."""
-        self._runtime: Runtime | None = None
+        self.runtime: Runtime | None = None
         """This term's store and the state rebuilt from it (None while none is open);
         replaced whole on in-place recovery, failover and step-down (see
         :mod:`txnstream.api._runtime`)."""
-        self._loading: Store | None = None
-        """The store a recovery is rebuilding a term from (health reports a full disk
-        while the recovery waits for space)."""
-        self._storage_metrics = StorageMetrics(database_bytes=0, wal_bytes=0)
-        # set when a subscription has messages to move to its dead-letter topic
-        self._dead_letter_event = asyncio.Event()
         # one reader/writer of offloaded objects for the engine's life (its caches and
         # fetch counters survive an in-place recovery)
-        self._remote = OffloadStore(self.config.offload_url)
-        self._remote.on_index_fetch = self.metrics.offload_index_fetches.inc
-        self._remote.on_data_fetch = self.metrics.offload_data_fetches.inc
-        self._remote.on_corrupt = self._on_corrupt_object
-        self._offload_refused: str | None = None
-        """Why offloading is refused (the prefix belongs to another store), if it is."""
-        # serializes what changes a topic's tiers: offload steps, retention, deletion
-        self._tier_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._gc_frozen = False
-        self._admin_lock = asyncio.Lock()
-        self._consumer_ids = itertools.count(1)
+        self.remote = OffloadStore(self.config.offload_url)
+        self.remote.on_index_fetch = self.metrics.offload_index_fetches.inc
+        self.remote.on_data_fetch = self.metrics.offload_data_fetches.inc
+        self.remote.on_corrupt = self._on_corrupt_object
+        self.tier_lock = asyncio.Lock()
+        """Serializes what changes a topic's tiers: offload steps, retention, deletion."""
+        self.admin_lock = asyncio.Lock()
+        """Serializes topic and subscription creation and deletion."""
 
     def _on_corrupt_object(self, error: CorruptObjectError) -> None:
         """A damaged offloaded object was found (in a worker thread; once per object)."""
         self.metrics.offload_corrupt_objects.inc()
         log.error("%s; its reads answer unavailable until it is repaired", error)
 
-    def _offload_problem(self) -> str | None:
-        """What is wrong with the remote tier (damaged objects, offloading refused), or
-        None; health says ``degraded`` with it."""
-        corrupt = list(self._remote.corrupt.values())
-        if corrupt:
-            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-            return f"{corrupt[0]}{more}"
-        return self._offload_refused
-
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise the error a call gets in the engine's state unless it is open."""
         if self.state is EngineState.OPEN:
             return
         if self.state is EngineState.FAILED:
-            raise EngineFailedError(f"the engine failed: {self._failure}") from self._failure
+            raise EngineFailedError(f"the engine failed: {self.failure}") from self.failure
         if self.state is EngineState.RECOVERING:
             raise EngineFailedError(
-                f"the engine is recovering from a storage failure: {self._failure}"
+                f"the engine is recovering from a storage failure: {self.failure}"
             )
         if self.state is EngineState.STANDBY:
             raise EngineFailedError(
@@ -242,25 +222,19 @@ class EngineCore:
         raise ClosedError(f"the engine is {self.state.value}")
 
     @property
-    def _rt(self) -> Runtime:
+    def rt(self) -> Runtime:
         """This term's :class:`Runtime`; while there is none, the error a call gets in
         the engine's state (closed, recovering, standby, failed)."""
-        runtime = self._runtime
+        runtime = self.runtime
         if runtime is None:
-            self._check_open()
+            self.check_open()
             raise ClosedError("the engine is not open")
         return runtime
 
-    def storage_metrics(self) -> StorageMetrics:
-        """What the store reports about its storage (database and write-ahead log
-        sizes); while none is open (recovering, closed), what it reported last."""
-        if self._runtime is not None:
-            self._storage_metrics = self._runtime.store.storage_metrics()
-        return self._storage_metrics
-
-    def _topic(self, name: str) -> Topic:
-        self._check_open()
-        runtime = self._rt
+    def topic(self, name: str) -> Topic:
+        """The open engine's topic ``name`` (a partitioned topic's parent is not one)."""
+        self.check_open()
+        runtime = self.rt
         topic = runtime.topics.get(name)
         if topic is None:
             validate_name(name)
@@ -272,29 +246,30 @@ class EngineCore:
             raise TopicNotFoundError(f"topic {name!r} not found")
         return topic
 
-    async def _check_owner(self, txn: TxnId | str, principal: PrincipalArg) -> None:
+    async def check_owner(self, txn: TxnId | str, principal: PrincipalArg) -> None:
         """Raise :class:`ForbiddenError` unless ``principal`` may act on ``txn`` (its own,
         or an admin, or no principal); :class:`TxnNotFoundError` if it is unknown."""
         p = as_principal(principal)
         if not is_restricted(p):
             return
         assert p is not None
-        coordinator = self._rt.coordinator
+        coordinator = self.rt.coordinator
         record = coordinator.get(txn)
         if await coordinator.owner_of(record) != p.name:
             raise ForbiddenError(f"transaction {record.txn_id} belongs to another principal")
 
-    def _check_txn(self, txn: TxnId | str) -> TxnRecord:
+    def check_txn(self, txn: TxnId | str) -> TxnRecord:
+        """``txn``'s record if it is open (fenced: counted, and :class:`FencedError`)."""
         try:
-            return self._rt.coordinator.check_open(txn)
+            return self.rt.coordinator.check_open(txn)
         except FencedError:
             self.metrics.fenced_requests.inc()
             raise
 
-    async def _delete_objects(self, urls: Sequence[str], topic: str | None = None) -> None:
+    async def delete_objects(self, urls: Sequence[str], topic: str | None = None) -> None:
         """Delete offloaded objects (and, with ``topic``, everything under its prefix of
         the configured store), off the event loop; failures are logged."""
-        remote = self._remote
+        remote = self.remote
         if not urls and (topic is None or remote.base_url is None):
             return
 

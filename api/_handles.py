@@ -1,5 +1,6 @@
 """Handles the embedded API hands out: a :class:`Transaction` and a consumer's
-:class:`SubscriptionHandle`. Both are thin: every call goes through the :class:`Engine`.
+:class:`SubscriptionHandle`. Both are thin: every call goes through the engine's parts
+that made them (transactions, producing, consuming).
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ from txnstream.ledger import ClosedError, InvalidArgumentError, OutgoingMessage,
 from txnstream.txn_buffer import TxnInfo
 
 if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._produce import FastTxnSend
+    from ._partitions import PartitionedConsuming
+    from ._produce import FastTxnSend, Producing
+    from ._txns import Transactions
 
 
 class Transaction:
     """A handle on one transaction: send, ack, commit, abort."""
 
-    def __init__(self, engine: Engine, txn_id: TxnId) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        txns: Transactions,
+        producing: Producing,
+        consuming: PartitionedConsuming,
+        txn_id: TxnId,
+    ) -> None:
+        self._txns = txns
+        self._producing = producing
+        self._consuming = consuming
         self.txn_id = txn_id
         self.id = str(txn_id)
         self._fast_send: FastTxnSend | None = None
@@ -47,14 +57,14 @@ class Transaction:
             position = fast.send(value)
             if position is not None:
                 return position
-        engine = self._engine
-        position = engine._send_one_in_txn(topic, value, key, properties, self.txn_id)
+        producing = self._producing
+        position = producing.send_one_in_txn(topic, value, key, properties, self.txn_id)
         while position is None:  # held back: the only await of a send
-            await engine._wait_writable()
-            position = engine._send_one_in_txn(topic, value, key, properties, self.txn_id)
+            await producing.wait_writable()
+            position = producing.send_one_in_txn(topic, value, key, properties, self.txn_id)
         if key is None and properties is None:
             # the next value-only sends to this topic take the fast path while it holds
-            self._fast_send = engine._fast_txn_send(topic, self.txn_id)
+            self._fast_send = producing.fast_txn_send(topic, self.txn_id)
         return position
 
     async def send_many(
@@ -69,7 +79,7 @@ class Transaction:
         self, topic: str, messages: Sequence[OutgoingMessage]
     ) -> list[Position]:
         """Append prepared messages (with keys and properties) in this transaction."""
-        return await self._engine._send_in_txn(topic, messages, self.txn_id)
+        return await self._producing.send_in_txn(topic, messages, self.txn_id)
 
     async def ack(
         self,
@@ -80,23 +90,23 @@ class Transaction:
         cumulative: bool = False,
     ) -> int:
         """Acknowledge on ``subscription`` when this transaction commits."""
-        return await self._engine.ack(
+        return await self._consuming.ack(
             topic, subscription, positions, cumulative=cumulative, txn=self.txn_id
         )
 
     async def commit(self) -> None:
         """Commit: every send and ack of this transaction takes effect atomically."""
         self._fast_send = None
-        await self._engine._decide(self.txn_id, commit=True)
+        await self._txns.decide(self.txn_id, commit=True)
 
     async def abort(self) -> None:
         """Abort: nothing of this transaction is ever delivered."""
         self._fast_send = None
-        await self._engine._decide(self.txn_id, commit=False)
+        await self._txns.decide(self.txn_id, commit=False)
 
     async def info(self) -> TxnInfo:
         """The transaction's current state."""
-        return await self._engine.get_transaction(self.txn_id)
+        return await self._txns.get_transaction(self.txn_id)
 
 
 class TransactionScope:
@@ -104,18 +114,18 @@ class TransactionScope:
 
     def __init__(
         self,
-        engine: Engine,
+        txns: Transactions,
         timeout: float | None,
         transactional_id: str | None,
         label: str | None,
     ) -> None:
-        self._engine = engine
+        self._txns = txns
         self._args = (timeout, transactional_id, label)
         self._txn: Transaction | None = None
 
     async def __aenter__(self) -> Transaction:
         timeout, transactional_id, label = self._args
-        self._txn = await self._engine.begin(
+        self._txn = await self._txns.begin(
             timeout=timeout, transactional_id=transactional_id, label=label
         )
         return self._txn
@@ -131,7 +141,7 @@ class TransactionScope:
         if exc_type is None:
             await self._txn.commit()
             return
-        if self._engine._is_open(self._txn.txn_id):
+        if self._txns.is_open(self._txn.txn_id):
             await self._txn.abort()
 
 
@@ -141,8 +151,10 @@ class SubscriptionHandle:
     Also an async iterator: ``async for msg in sub`` receives forever.
     """
 
-    def __init__(self, engine: Engine, topic: str, name: str, consumer: str) -> None:
-        self._engine = engine
+    def __init__(
+        self, consuming: PartitionedConsuming, topic: str, name: str, consumer: str
+    ) -> None:
+        self._consuming = consuming
         self.topic = topic
         self.name = name
         self.consumer = consumer
@@ -153,7 +165,7 @@ class SubscriptionHandle:
         """Up to ``max`` messages, as soon as one is deliverable; ``[]`` after ``timeout``."""
         if self._closed:
             raise ClosedError("this consumer was closed")
-        return await self._engine.receive(
+        return await self._consuming.receive(
             self.topic, self.name, consumer=self.consumer, max=max, timeout=timeout, expires=False
         )
 
@@ -161,26 +173,26 @@ class SubscriptionHandle:
         self, positions: Sequence[Position | str] | Position | str, *, cumulative: bool = False
     ) -> int:
         """Acknowledge positions (or everything at or below one, with ``cumulative``)."""
-        return await self._engine.ack(self.topic, self.name, positions, cumulative=cumulative)
+        return await self._consuming.ack(self.topic, self.name, positions, cumulative=cumulative)
 
     async def nack(
         self, positions: Sequence[Position | str] | Position | str, *, delay_ms: int | None = None
     ) -> None:
         """Ask for redelivery of delivered, unacknowledged positions (after ``delay_ms``,
         default the subscription's ``nack_delay_ms``; shared and key_shared only)."""
-        await self._engine.nack(self.topic, self.name, positions, delay_ms=delay_ms)
+        await self._consuming.nack(self.topic, self.name, positions, delay_ms=delay_ms)
 
     async def seek(self, position: Position | str | datetime) -> Position | str:
         """Move the cursor (``"earliest"``, ``"latest"``, a position, or a time zone aware
         datetime: the first message published at or after it); returns where it went."""
-        return await self._engine.seek(self.topic, self.name, position)
+        return await self._consuming.seek(self.topic, self.name, position)
 
     async def close(self) -> None:
         """Detach this consumer; its unacknowledged messages go to others."""
         if self._closed:
             return
         self._closed = True
-        self._engine._detach(self.topic, self.name, self.consumer)
+        self._consuming.detach(self.topic, self.name, self.consumer)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self

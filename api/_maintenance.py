@@ -1,22 +1,88 @@
-"""Background upkeep the engine schedules: retention and low-watermark aborts.
+"""Background upkeep: snapshots, retention, low-watermark aborts, consumer and
+producer expiry.
 
-Both only *prepare* writes into a :class:`~txnstream.ledger.WriteBatch`; the engine's loops submit
-them, so in-memory state changes ride the batch's durable callbacks as everywhere else.
+:class:`Maintenance` runs the loops (the lifecycle starts them with each term and stops
+them before it ends); the functions below only *prepare* writes into a
+:class:`~txnstream.ledger.WriteBatch`, which the loops submit, so in-memory state changes
+ride the batch's durable callbacks as everywhere else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from txnstream.dispatcher import Subscription
 from txnstream.ledger import EntryKind, Position, WriteBatch, now_ms
+from txnstream.snapshots import is_due, take_snapshot
 from txnstream.txn_buffer import Topic
 
 from ._config import RetentionPolicy
 
+if TYPE_CHECKING:
+    from ._admin import TopicAdmin
+    from ._core import Core
+
 log = logging.getLogger("txnstream.engine")
+
+_MAINTENANCE_INTERVAL = 1.0
+_PRODUCER_EXPIRY_CHECK = 60.0  # seconds between looks for expired producers, at most
+
+
+class Maintenance:
+    """The engine's periodic upkeep (a part of :class:`~txnstream.api.Engine`); retention
+    is applied through the topic administration, which owns it."""
+
+    def __init__(self, core: Core, admin: TopicAdmin) -> None:
+        self._core = core
+        self._config = core.config
+        self._admin = admin
+
+    async def maintain(self) -> None:
+        """Detach silent HTTP consumers; abort buffers' transactions below the watermark;
+        forget expired idempotent producers."""
+        rt = self._core.rt  # a background task serves one term (they stop before it ends)
+        next_expiry = 0.0
+        while True:
+            await asyncio.sleep(_MAINTENANCE_INTERVAL)
+            batch = WriteBatch()
+            # expired deliveries count toward redelivery limits, which outlive restarts
+            rt.subscriptions.expire(time.monotonic(), self._config.consumer_expiry, batch)
+            low_watermark = rt.coordinator.low_watermark()
+            prepare_low_watermark_aborts(batch, list(rt.topics.values()), low_watermark)
+            expiry = self._config.producer_expiry
+            if time.monotonic() >= next_expiry:  # (a look at every producer: not every pass)
+                next_expiry = time.monotonic() + min(expiry / 10, _PRODUCER_EXPIRY_CHECK)
+                prepare_producer_expiry(batch, list(rt.topics.values()), expiry)
+            if batch:
+                await rt.store.write(batch)
+
+    async def snapshot_loop(self) -> None:
+        """Take snapshots as the policy asks; apply retention."""
+        rt = self._core.rt
+        config = self._config
+        every, interval = config.snapshot_every, config.snapshot_interval
+        tick = min(0.5, interval / 2)
+        next_retention = 0.0
+        while True:
+            await asyncio.sleep(tick)
+            batch = WriteBatch()
+            for topic in list(rt.topics.values()):
+                state = rt.snapshots.get(topic.topic_id)
+                if state is not None and is_due(state, topic, every=every, interval=interval):
+                    await take_snapshot(batch, topic, state)  # seals in slices
+            if batch:
+                await rt.store.write(batch)
+            if time.monotonic() >= next_retention:
+                next_retention = time.monotonic() + config.retention_check_interval
+                every_topic = config.default_retention is not None
+                for name in list(rt.topics if every_topic else rt.retention):
+                    if name in rt.topics:
+                        await self._admin.apply_retention_to(rt.topics[name])
 
 
 def prepare_low_watermark_aborts(

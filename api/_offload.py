@@ -45,16 +45,31 @@ from txnstream.ledger import (
 from txnstream.txn_buffer import Topic
 
 from ._config import OffloadPolicy
-from ._core import EngineCore
+from ._core import Core
 
 log = logging.getLogger("txnstream.engine")
 
 
-class Offloading(EngineCore):
+class Offloading:
     """The engine's tiered storage (a part of :class:`~txnstream.api.Engine`)."""
 
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._config = core.config
+        self._refused: str | None = None
+        """Why offloading is refused (the prefix belongs to another store), if it is."""
+
+    def problem(self) -> str | None:
+        """What is wrong with the remote tier (damaged objects, offloading refused), or
+        None; health says ``degraded`` with it."""
+        corrupt = list(self._core.remote.corrupt.values())
+        if corrupt:
+            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            return f"{corrupt[0]}{more}"
+        return self._refused
+
     def _check_offload_configured(self) -> None:
-        if self._remote.base_url is None:
+        if self._core.remote.base_url is None:
             raise OffloadNotConfiguredError(
                 "offloading needs an object store: open the engine with"
                 " EngineConfig(offload_url=...) (serve --offload-url URL)"
@@ -70,13 +85,13 @@ class Offloading(EngineCore):
 
         Raises :class:`OffloadNotConfiguredError` without ``offload_url``.
         """
-        owner = self._topic(topic)
+        owner = self._core.topic(topic)
         try:
             policy = OffloadPolicy(after, min_local_ledgers)
         except (ValueError, TypeError) as exc:
             raise InvalidArgumentError(str(exc)) from None
         self._check_offload_configured()
-        rt = self._rt
+        rt = self._core.rt
         batch = WriteBatch()
         Catalog.prepare_offload_policy(batch, owner.topic_id, policy.encode())
         await rt.store.write(batch)
@@ -92,24 +107,24 @@ class Offloading(EngineCore):
         :class:`RemoteStorageError` if the object store fails (what was offloaded
         before the failure stays offloaded; the rest stays local).
         """
-        owner = self._topic(topic)
+        owner = self._core.topic(topic)
         self._check_offload_configured()
         return await self._offload_topic(owner, manual=True)
 
     async def list_ledgers(self, topic: str) -> list[dict[str, Any]]:
         """``topic``'s ledgers, oldest first, as the HTTP listing shows them:
         ``{"ledger", "entries", "bytes", "has_aborts", "location", "url"}``."""
-        owner = self._topic(topic)
+        owner = self._core.topic(topic)
         return [_ledger_json(info) for info in owner.ledger.ledgers]
 
     # -- the pass ------------------------------------------------------------------
 
-    async def _offload_loop(self) -> None:
+    async def offload_loop(self) -> None:
         """The background pass: topics whose policy has ``after`` set."""
         while True:
-            await asyncio.sleep(self.config.offload_check_interval)
-            for name, policy in list(self._rt.offload.items()):
-                topic = self._rt.topics.get(name)
+            await asyncio.sleep(self._config.offload_check_interval)
+            for name, policy in list(self._core.rt.offload.items()):
+                topic = self._core.rt.topics.get(name)
                 if topic is None or policy.after is None:
                     continue
                 try:
@@ -123,7 +138,7 @@ class Offloading(EngineCore):
         """Offload the ledgers eligible when called, oldest first (not those that become
         eligible meanwhile: a pass ends even under a steady stream of writes)."""
         done: list[int] = []
-        async with self._tier_lock:
+        async with self._core.tier_lock:
             if topic.deleted:
                 return done
             await self._sweep(topic)
@@ -138,7 +153,7 @@ class Offloading(EngineCore):
                 try:
                     offloaded = await self._offload_ledger(topic, info)
                 except (RemoteStorageError, OSError) as exc:
-                    self._rt.swept.discard(topic.topic_id)  # look for orphans again
+                    self._core.rt.swept.discard(topic.topic_id)  # look for orphans again
                     if isinstance(exc, RemoteStorageError):
                         raise
                     raise RemoteStorageError(
@@ -152,7 +167,7 @@ class Offloading(EngineCore):
     def _candidates(self, topic: Topic, *, manual: bool) -> list[LedgerInfo]:
         """The ledgers the policy lets go now, oldest first (a manual run ignores the
         age rule)."""
-        policy = self._rt.offload.get(topic.name) or OffloadPolicy()
+        policy = self._core.rt.offload.get(topic.name) or OffloadPolicy()
         candidates = topic.ledger.offload_candidates(
             topic.buffer.max_read_position, policy.min_local_ledgers
         )
@@ -184,18 +199,18 @@ class Offloading(EngineCore):
         index = await ledger.aborted_index(ledger_id) if info.has_aborts else []
         txns = await asyncio.to_thread(_data_txns, rows)  # a pass over every row: off the loop
         aborted = {seq for seq in txns if topic.buffer.is_aborted(TxnId(seq))}
-        remote = self._remote
+        remote = self._core.remote
         obj = await asyncio.to_thread(
             remote.write_ledger, topic.name, ledger_id, rows, aborted, index
         )
         # the awaits above let anything happen: switch only what is still as it was
         current = next((i for i in ledger.ledgers if i.ledger_id == ledger_id), None)
         if topic.deleted or current is not info or info.is_remote:
-            await self._delete_objects([obj.url])
+            await self._core.delete_objects([obj.url])
             return False
         batch = WriteBatch()
         ledger.prepare_offload(batch, ledger_id, obj)
-        await self._rt.store.write(batch)
+        await self._core.rt.store.write(batch)
         log.info(
             "topic %s: ledger %d offloaded to %s (%d bytes)",
             topic.name,
@@ -209,22 +224,22 @@ class Offloading(EngineCore):
         """Before a pass writes: the prefix must be this store's (its marker object, made
         at the first offload); another store's claim refuses the pass, unless
         ``offload_takeover`` is set (see :meth:`OffloadStore.claim`)."""
-        remote = self._remote
-        details = {"data_dir": str(self.path.resolve())}
+        remote = self._core.remote
+        details = {"data_dir": str(self._core.path.resolve())}
         try:
             previous = await asyncio.to_thread(
-                remote.claim, takeover=self.config.offload_takeover, details=details
+                remote.claim, takeover=self._config.offload_takeover, details=details
             )
         except OffloadPrefixClaimedError as exc:
-            if self._offload_refused != str(exc):
+            if self._refused != str(exc):
                 log.error("offloading refused: %s", exc)
-            self._offload_refused = str(exc)
+            self._refused = str(exc)
             raise
         except OSError as exc:
             raise RemoteStorageError(f"cannot claim the offload prefix: {exc}") from exc
-        if self._offload_refused is not None:
+        if self._refused is not None:
             log.info("offloading resumed: the prefix %s is this store's", remote.base_url)
-        self._offload_refused = None
+        self._refused = None
         if previous is not None:
             log.warning(
                 "offload prefix %s taken over from store %s (offload_takeover): its objects"
@@ -238,10 +253,10 @@ class Offloading(EngineCore):
         topic's prefix that carry this store's identity and that no remote ledger points
         to (left by an interrupted offload). Objects of other stores, or named before
         identities existed, are never touched."""
-        swept = self._rt.swept
+        swept = self._core.rt.swept
         if topic.topic_id in swept:
             return
-        remote = self._remote
+        remote = self._core.remote
         keep = {info.url for info in topic.ledger.offloaded if info.url is not None}
         sidecars = {
             sidecar_url(info.url) for info in topic.ledger.offloaded if info.url and info.has_aborts

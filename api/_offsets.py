@@ -14,7 +14,8 @@ import asyncio
 from txnstream.ledger import InvalidArgumentError, Position, TxnId
 from txnstream.txn_buffer import Topic
 
-from ._consume import Consuming
+from ._core import Core
+from ._partitions import PartitionedConsuming
 from ._stats import TopicOffsets
 
 __all__ = ["Offsets", "TopicOffsets", "topic_offsets"]
@@ -30,27 +31,32 @@ def topic_offsets(topic: Topic) -> TopicOffsets:
     return TopicOffsets(start, high, min(last_stable, high))
 
 
-class Offsets(Consuming):
-    """The engine's offset calls (a part of :class:`~txnstream.api.Engine`)."""
+class Offsets:
+    """The engine's offset calls (a part of :class:`~txnstream.api.Engine`); an offset
+    commit acknowledges or seeks through the consuming part."""
+
+    def __init__(self, core: Core, consuming: PartitionedConsuming) -> None:
+        self._core = core
+        self._consuming = consuming
 
     def offsets(self, topic: str) -> TopicOffsets:
         """The topic's log start offset, high watermark and last stable offset."""
-        return topic_offsets(self._topic(topic))
+        return topic_offsets(self._core.topic(topic))
 
     def offset_of(self, topic: str, position: Position) -> int:
         """The offset of the entry at ``position`` in ``topic``."""
-        return self._topic(topic).ledger.offset_of(position)
+        return self._core.topic(topic).ledger.offset_of(position)
 
     def position_at(self, topic: str, offset: int) -> Position | None:
         """The position of the entry with ``offset`` (None if no retained or assigned
         entry has it: before the log start, or at or past the end)."""
-        return self._topic(topic).ledger.position_at(offset)
+        return self._core.topic(topic).ledger.position_at(offset)
 
     def committed_offset(self, topic: str, subscription: str) -> int | None:
         """The subscription's committed offset: the offset after its mark-delete position
         (everything before it acknowledged). None if there is no such subscription."""
-        topic_ = self._topic(topic)
-        sub = self._rt.subscriptions.find(topic, subscription)
+        topic_ = self._core.topic(topic)
+        sub = self._core.rt.subscriptions.find(topic, subscription)
         if sub is None:
             return None
         ledger = topic_.ledger
@@ -70,31 +76,31 @@ class Offsets(Consuming):
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidArgumentError("an offset must be a non-negative integer")
-        ledger = self._topic(topic).ledger
-        if self._rt.subscriptions.find(topic, subscription) is None:
-            await self.create_subscription(topic, subscription)
+        ledger = self._core.topic(topic).ledger
+        if self._core.rt.subscriptions.find(topic, subscription) is None:
+            await self._consuming.create_subscription(topic, subscription)
         if txn is not None:
             last = ledger.position_at(offset - 1) if offset > ledger.start_offset() else None
             if last is not None:
-                await self.ack(topic, subscription, [last], cumulative=True, txn=txn)
+                await self._consuming.ack(topic, subscription, [last], cumulative=True, txn=txn)
             return
         position = ledger.position_at(offset)
         if position is None:
             target: Position | str = "earliest" if offset <= ledger.start_offset() else "latest"
         else:
             target = position
-        await self.seek(topic, subscription, target)
+        await self._consuming.seek(topic, subscription, target)
 
     def watch(self, topic: str) -> asyncio.Event:
         """An event set at the topic's next change (a durable append or marker, a
         subscription's news, the engine closing): take it before reading, then wait on it
         when the read found nothing, and no change falls in between."""
-        return self._topic(topic).change_event()
+        return self._core.topic(topic).change_event()
 
     def last_sequence(self, topic: str, producer: str) -> int | None:
         """The last sequence number the idempotent ``producer`` stored in ``topic`` (None
         if it stored nothing there): what a producer's next batch must follow."""
-        state = self._topic(topic).producers.get(producer)
+        state = self._core.topic(topic).producers.get(producer)
         return None if state is None else state.last_seq
 
 

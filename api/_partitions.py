@@ -19,6 +19,7 @@ The fan-out lives here, over the per-partition subscriptions, not in the dispatc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import Sequence
@@ -38,7 +39,8 @@ from txnstream.ledger import (
 )
 
 from ._consume import Consuming, check_uncommitted
-from ._core import PositionsArg, PrincipalArg
+from ._core import Core, PositionsArg, PrincipalArg
+from ._handles import SubscriptionHandle
 
 MAX_PARTITIONS = 1024
 """The most partitions a topic may have."""
@@ -134,13 +136,50 @@ class PartitionMessage(Message, frozen=True):
         return self._topic
 
 
-class PartitionedConsuming(Consuming):
-    """Subscriptions on partitioned topics: each call on a parent fans out to its
-    partitions' subscriptions (a part of :class:`~txnstream.api.Engine`)."""
+class PartitionedConsuming:
+    """The engine's consuming side (a part of :class:`~txnstream.api.Engine`): each call
+    on a plain topic is :class:`~txnstream.api._consume.Consuming`'s; on a partitioned
+    topic's parent it fans out to its partitions' subscriptions."""
+
+    def __init__(self, core: Core, plain: Consuming) -> None:
+        self._core = core
+        self._plain = plain
+        """Consuming one (plain or partition) topic."""
+        self._consumer_ids = itertools.count(1)
+
+    async def subscribe(
+        self,
+        topic: str,
+        name: str,
+        *,
+        type: str = "exclusive",
+        initial_position: str = "earliest",
+        isolation: str = "read_committed",
+        max_redeliveries: int | None = None,
+        dead_letter_topic: str | None = None,
+        nack_delay_ms: int | None = None,
+    ) -> SubscriptionHandle:
+        """Create the subscription if needed and attach a new consumer to it (on a
+        partitioned topic, to every partition's: it receives from them all; the consumer
+        policy fields as :meth:`create_subscription` takes them)."""
+        await self.create_subscription(
+            topic,
+            name,
+            type=type,
+            initial_position=initial_position,
+            isolation=isolation,
+            max_redeliveries=max_redeliveries,
+            dead_letter_topic=dead_letter_topic,
+            nack_delay_ms=nack_delay_ms,
+        )
+        consumer = f"consumer-{next(self._consumer_ids)}"
+        for part in self.partitions_of(topic) or [topic]:
+            self._plain.subscription(part, name).attach(consumer, expires=False)
+        return SubscriptionHandle(self, topic, name, consumer)
 
     def partitions_of(self, topic: str) -> list[str] | None:
         """The partition topics of partitioned ``topic``, by index; None for any other."""
-        runtime = self._runtime  # (None once closed: a handle may detach after close)
+        runtime = self._core.runtime  # (None once closed: a handle may detach after close)
         row = None if runtime is None else runtime.partitioned.get(topic)
         if row is None:
             return None
@@ -150,7 +189,7 @@ class PartitionedConsuming(Consuming):
         self, topic: str, positions: PositionsArg
     ) -> dict[int, list[Position]] | None:
         """``positions`` on parent ``topic`` grouped by partition (None: not a parent)."""
-        row = self._rt.partitioned.get(topic)
+        row = self._core.rt.partitioned.get(topic)
         if row is None:
             return None
         items: Sequence[Position | str]
@@ -195,7 +234,7 @@ class PartitionedConsuming(Consuming):
         }
         parts = self.partitions_of(topic)
         if parts is None:
-            return await super().create_subscription(
+            return await self._plain.create_subscription(
                 topic,
                 name,
                 type=type,
@@ -208,7 +247,7 @@ class PartitionedConsuming(Consuming):
             check_uncommitted(principal, topic, name)
         created = False
         for part in parts:
-            created |= await super().create_subscription(
+            created |= await self._plain.create_subscription(
                 part,
                 name,
                 type=type,
@@ -218,10 +257,10 @@ class PartitionedConsuming(Consuming):
             )
         return created
 
-    def _detach(self, topic: str, subscription: str, consumer: str) -> None:
+    def detach(self, topic: str, subscription: str, consumer: str) -> None:
         """Detach ``consumer`` (from every partition of a partitioned topic)."""
         for part in self.partitions_of(topic) or [topic]:
-            super()._detach(part, subscription, consumer)
+            self._plain.detach(part, subscription, consumer)
 
     async def receive(
         self,
@@ -239,7 +278,7 @@ class PartitionedConsuming(Consuming):
         partitioned topic, merged from its partitions, each a :class:`PartitionMessage`."""
         parts = self.partitions_of(topic)
         if parts is None:
-            return await super().receive(
+            return await self._plain.receive(
                 topic,
                 subscription,
                 consumer=consumer,
@@ -252,21 +291,21 @@ class PartitionedConsuming(Consuming):
         if not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError("timeout must be a non-negative number of seconds")
         if principal is not None:  # the rights are the parent's (its name)
-            sub = self._subscription(parts[0], subscription)
+            sub = self._plain.subscription(parts[0], subscription)
             if sub.isolation is not Isolation.READ_COMMITTED:
                 check_uncommitted(principal, topic, subscription)
         deadline = time.monotonic() + timeout
-        first = self._rt.receive_from.get(topic, 0)
+        first = self._core.rt.receive_from.get(topic, 0)
         while True:
             # Take every partition's change event before looking: a message arriving
             # after a partition was looked at sets its event, so the wait below sees it.
-            events = [self._topic(part).change_event() for part in parts]
+            events = [self._core.topic(part).change_event() for part in parts]
             out: list[Message] = []
             budget = max_bytes
             # start at a rotating partition: a busy one cannot starve the others
             for step in range(len(parts)):
                 index = (first + step) % len(parts)
-                got = await super().receive(
+                got = await self._plain.receive(
                     parts[index],
                     subscription,
                     consumer=consumer,
@@ -283,7 +322,7 @@ class PartitionedConsuming(Consuming):
                     budget -= sum(len(encode_value(m.value)) for m in got)
                 if len(out) >= max or (budget is not None and budget <= 0):
                     break
-            self._rt.receive_from[topic] = (first + 1) % len(parts)
+            self._core.rt.receive_from[topic] = (first + 1) % len(parts)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
                 return out
@@ -294,7 +333,7 @@ class PartitionedConsuming(Consuming):
                 for task in waits:
                     task.cancel()
                 await asyncio.gather(*waits, return_exceptions=True)
-            self._check_open()
+            self._core.check_open()
 
     async def ack(
         self,
@@ -310,13 +349,13 @@ class PartitionedConsuming(Consuming):
         ``"L:E:P"`` positions, each acknowledged on its partition."""
         grouped = self._by_partition(topic, positions)
         if grouped is None:
-            return await super().ack(
+            return await self._plain.ack(
                 topic, subscription, positions, cumulative=cumulative, txn=txn, principal=principal
             )
-        self._subscription(partition_name(topic, 0), subscription)  # 404 before any ack
+        self._plain.subscription(partition_name(topic, 0), subscription)  # 404 before any ack
         acked = 0
         for index, plain in grouped.items():
-            acked += await super().ack(
+            acked += await self._plain.ack(
                 partition_name(topic, index),
                 subscription,
                 plain,
@@ -331,8 +370,8 @@ class PartitionedConsuming(Consuming):
         topic's subscriptions share theirs, so its first partition's says it."""
         parts = self.partitions_of(topic)
         if parts is None:
-            return await super().subscription_policy(topic, subscription)
-        return await super().subscription_policy(parts[0], subscription)
+            return await self._plain.subscription_policy(topic, subscription)
+        return await self._plain.subscription_policy(parts[0], subscription)
 
     async def nack(
         self,
@@ -346,17 +385,19 @@ class PartitionedConsuming(Consuming):
         ``delay_ms`` (see :meth:`Consuming.nack`)."""
         grouped = self._by_partition(topic, positions)
         if grouped is None:
-            return await super().nack(topic, subscription, positions, delay_ms=delay_ms)
+            return await self._plain.nack(topic, subscription, positions, delay_ms=delay_ms)
         for index, plain in grouped.items():
-            await super().nack(partition_name(topic, index), subscription, plain, delay_ms=delay_ms)
+            await self._plain.nack(
+                partition_name(topic, index), subscription, plain, delay_ms=delay_ms
+            )
 
     async def release(self, topic: str, subscription: str, positions: PositionsArg) -> None:
         """Take back delivered positions (on a partitioned topic, ``"L:E:P"`` ones)."""
         grouped = self._by_partition(topic, positions)
         if grouped is None:
-            return await super().release(topic, subscription, positions)
+            return await self._plain.release(topic, subscription, positions)
         for index, plain in grouped.items():
-            await super().release(partition_name(topic, index), subscription, plain)
+            await self._plain.release(partition_name(topic, index), subscription, plain)
 
     async def seek(
         self, topic: str, subscription: str, position: Position | str | datetime
@@ -366,15 +407,15 @@ class PartitionedConsuming(Consuming):
         ``"L:E:P"`` position moves that partition's only."""
         parts = self.partitions_of(topic)
         if parts is None:
-            return await super().seek(topic, subscription, position)
+            return await self._plain.seek(topic, subscription, position)
         if isinstance(position, datetime) or position in ("earliest", "latest"):
             for part in parts:
-                await super().seek(part, subscription, position)
+                await self._plain.seek(part, subscription, position)
             return position if isinstance(position, str) else position.isoformat()
         grouped = self._by_partition(topic, [position])
         assert grouped is not None
         ((index, (plain,)),) = grouped.items()
-        found = await super().seek(partition_name(topic, index), subscription, plain)
+        found = await self._plain.seek(partition_name(topic, index), subscription, plain)
         if isinstance(found, Position):
             return PartitionPosition(found.ledger_id, found.entry_id, index)
         return found
@@ -383,8 +424,8 @@ class PartitionedConsuming(Consuming):
         """Delete a subscription (on a partitioned topic: on every partition)."""
         parts = self.partitions_of(topic)
         if parts is None:
-            return await super().delete_subscription(topic, subscription)
-        self._subscription(parts[0], subscription)  # 404 when there is none
+            return await self._plain.delete_subscription(topic, subscription)
+        self._plain.subscription(parts[0], subscription)  # 404 when there is none
         for part in parts:
-            if self._rt.subscriptions.find(part, subscription) is not None:
-                await super().delete_subscription(part, subscription)
+            if self._core.rt.subscriptions.find(part, subscription) is not None:
+                await self._plain.delete_subscription(part, subscription)

@@ -25,6 +25,7 @@ from txnstream.ledger import (
 )
 
 from ._admin import TopicAdmin
+from ._core import Core
 from ._produce import encode_stored_message
 
 log = logging.getLogger("txnstream.engine")
@@ -35,8 +36,17 @@ _DEAD_LETTER_CHUNK = 500  # positions moved per store transaction
 _PROPERTY_ROOM = 4096  # what the origin properties may add to a message at the limit
 
 
-class ConsumerPolicies(TopicAdmin):
-    """Dead-letter moves and message TTL (a part of :class:`~txnstream.api.Engine`)."""
+class ConsumerPolicies:
+    """Dead-letter moves and message TTL (a part of :class:`~txnstream.api.Engine`); a
+    missing dead-letter topic is made through the topic administration."""
+
+    def __init__(self, core: Core, admin: TopicAdmin) -> None:
+        self._core = core
+        self._config = core.config
+        self._metrics = core.metrics
+        self._admin = admin
+        # set when a subscription has messages to move to its dead-letter topic
+        self._dead_letter_event = asyncio.Event()
 
     # -- message TTL ---------------------------------------------------------------
 
@@ -49,8 +59,8 @@ class ConsumerPolicies(TopicAdmin):
             isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1 <= ttl_ms <= MAX_TTL_MS
         ):
             raise InvalidArgumentError(f"ttl_ms must be an integer in 1..{MAX_TTL_MS} or null")
-        owner = self._topic(topic)
-        rt = self._rt
+        owner = self._core.topic(topic)
+        rt = self._core.rt
         batch = WriteBatch()
         batch.put_ttl(owner.topic_id, ttl_ms)
         await rt.store.write(batch)
@@ -61,15 +71,15 @@ class ConsumerPolicies(TopicAdmin):
 
     def ttl(self, topic: str) -> int | None:
         """``topic``'s message TTL in milliseconds, or None."""
-        self._topic(topic)
-        return self._rt.ttl.get(topic)
+        self._core.topic(topic)
+        return self._core.rt.ttl.get(topic)
 
     async def apply_ttl(self, topic: str) -> int:
         """Acknowledge ``topic``'s messages older than its TTL for every subscription
         now; returns how many subscriptions moved. A subscription with a transactional
         ack pending below the cut is left for a later pass."""
-        owner = self._topic(topic)
-        ttl = self._rt.ttl.get(topic)
+        owner = self._core.topic(topic)
+        ttl = self._core.rt.ttl.get(topic)
         if ttl is None:
             return 0
         cutoff = datetime.fromtimestamp((now_ms() - ttl) / 1000, UTC)
@@ -81,7 +91,7 @@ class ConsumerPolicies(TopicAdmin):
             return 0
         batch = WriteBatch()
         moved = 0
-        for sub in self._rt.subscriptions.of_topic(topic):
+        for sub in self._core.rt.subscriptions.of_topic(topic):
             limit = sub.read_limit
             if limit is None:
                 continue
@@ -97,7 +107,7 @@ class ConsumerPolicies(TopicAdmin):
             sub.prepare_cursor_write(batch)
             moved += 1
         if batch:
-            await self._rt.store.write(batch)
+            await self._core.rt.store.write(batch)
             log.info(
                 "topic %s: message TTL acknowledged up to %s for %d subscription(s)",
                 topic,
@@ -106,19 +116,19 @@ class ConsumerPolicies(TopicAdmin):
             )
         return moved
 
-    async def _ttl_loop(self) -> None:
+    async def ttl_loop(self) -> None:
         """Apply every topic's message TTL every ``ttl_check_interval`` seconds."""
         while True:
-            await asyncio.sleep(self.config.ttl_check_interval)
-            if self._rt.subscriptions.has_delivery_times:  # forget the times that passed
+            await asyncio.sleep(self._config.ttl_check_interval)
+            if self._core.rt.subscriptions.has_delivery_times:  # forget the times that passed
                 batch = WriteBatch()
-                self._rt.subscriptions.prune_delivery_times(batch, now_ms())
+                self._core.rt.subscriptions.prune_delivery_times(batch, now_ms())
                 try:
                     if batch:
-                        await self._rt.store.write(batch)
+                        await self._core.rt.store.write(batch)
                 except EngineError as exc:  # disk full, ...: pruned again next pass
                     log.warning("pruning delivery times failed: %s", exc)
-            for name in list(self._rt.ttl):
+            for name in list(self._core.rt.ttl):
                 try:
                     await self.apply_ttl(name)
                 except EngineError as exc:  # deleted meanwhile, disk full, ...: next pass
@@ -126,15 +136,16 @@ class ConsumerPolicies(TopicAdmin):
 
     # -- dead-letter topics --------------------------------------------------------
 
-    def _dead_letter_ready(self) -> None:
+    def dead_letter_ready(self) -> None:
+        """A subscription has messages to move (the dead-letter task moves them)."""
         self._dead_letter_event.set()
 
-    async def _dead_letter_loop(self) -> None:
+    async def dead_letter_loop(self) -> None:
         """Move messages past their subscription's redelivery limit, as they appear."""
         while True:
             await self._dead_letter_event.wait()
             self._dead_letter_event.clear()
-            for sub in self._rt.subscriptions.dead_lettering():
+            for sub in self._core.rt.subscriptions.dead_lettering():
                 try:
                     while sub.dead_letters and not sub.deleted:
                         await self._move_dead_letters(sub)
@@ -153,11 +164,11 @@ class ConsumerPolicies(TopicAdmin):
         acknowledge them, in one store transaction."""
         topic = sub.topic
         target = sub.policy.dead_letter_topic_of(topic.name, sub.name)
-        if target not in self._rt.topics:
-            await self.create_topic(target)
+        if target not in self._core.rt.topics:
+            await self._admin.create_topic(target)
         positions: list[Position] = list(sub.dead_letters.islice(0, _DEAD_LETTER_CHUNK))
         entries = await topic.ledger.read_positions(positions)
-        dead = self._rt.topics.get(target)
+        dead = self._core.rt.topics.get(target)
         if sub.deleted or topic.deleted or dead is None:
             return
         # Nothing below awaits until the write: what was acked meanwhile is left out.
@@ -173,7 +184,7 @@ class ConsumerPolicies(TopicAdmin):
         if not live:
             sub.dead_letters.difference_update(found)
             return
-        limit = self.config.max_message_bytes + _PROPERTY_ROOM
+        limit = self._config.max_message_bytes + _PROPERTY_ROOM
         encoded = [
             encode_stored_message(
                 entry.value,
@@ -189,14 +200,14 @@ class ConsumerPolicies(TopicAdmin):
             )
             for entry in live
         ]
-        self._rt.store.check_space()
+        self._core.rt.store.check_space()
         sub.dead_letters.difference_update(found)
         batch = WriteBatch()
         dead.prepare_data(batch, encoded, None)
         sub.apply_ack([e.position for e in live], False)
         sub.prepare_cursor_write(batch)
-        await self._rt.store.write(batch)
-        self.metrics.count_in(target, len(live))
+        await self._core.rt.store.write(batch)
+        self._metrics.count_in(target, len(live))
         log.info(
             "subscription %s/%s: moved %d message(s) to dead-letter topic %s",
             topic.name,

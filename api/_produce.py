@@ -33,7 +33,7 @@ from txnstream.ledger import (
 from txnstream.txn_buffer import TxnRecord, TxnRunAppender, TxnState, scoped_name
 
 from ._core import (
-    EngineCore,
+    Core,
     EngineState,
     PrincipalArg,
     ProduceResult,
@@ -191,8 +191,14 @@ def _delivery_times(messages: Sequence[OutgoingMessage]) -> list[tuple[int, int]
     return timed
 
 
-class Producing(EngineCore):
-    """The engine's producing side (a part of :class:`~txnstream.api.Engine`)."""
+class Producing:
+    """The engine's producing side (a part of :class:`~txnstream.api.Engine`): plain,
+    idempotent and transactional appends, to plain and partitioned topics."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._config = core.config
+        self._metrics = core.metrics
 
     async def produce(
         self,
@@ -271,8 +277,8 @@ class Producing(EngineCore):
         sequence: int | None,
         principal: PrincipalArg,
     ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
-        if topic not in self._rt.partitioned or self.state is not EngineState.OPEN:
-            self._topic(topic)
+        if topic not in self._core.rt.partitioned or self._core.state is not EngineState.OPEN:
+            self._core.topic(topic)
         if (producer is None) != (sequence is None):
             raise InvalidArgumentError("producer and sequence go together")
         if producer is not None and (not isinstance(producer, str) or not 0 < len(producer) <= 200):
@@ -283,10 +289,10 @@ class Producing(EngineCore):
             raise InvalidArgumentError("sequence must be a non-negative integer")
         if principal is not None:
             if txn is not None:
-                await self._check_owner(txn, principal)
+                await self._core.check_owner(txn, principal)
             if producer is not None:
                 producer = scoped_name(owner_name(principal), producer)
-        if topic in self._rt.partitioned:
+        if topic in self._core.rt.partitioned:
             if producer is not None:
                 raise InvalidArgumentError(
                     "an idempotent producer's sequence numbers are per partition: produce"
@@ -304,18 +310,18 @@ class Producing(EngineCore):
         assert done is not None  # wait=True always hands back the batch's future
         return ProduceResult(positions, False), done
 
-    async def _send_in_txn(
+    async def send_in_txn(
         self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId
     ) -> list[Position]:
         """Append ``messages`` in open transaction ``txn`` (pipelined: its commit makes
         them durable)."""
-        if topic in self._rt.partitioned:
+        if topic in self._core.rt.partitioned:
             return (await self._append_partitioned(topic, messages, txn, wait=False))[0]
         result = await self._append(topic, messages, txn, None, None, wait=False)
         assert not isinstance(result, ProduceResult)  # no producer: never a duplicate
         return result[0]
 
-    def _send_one_in_txn(
+    def send_one_in_txn(
         self,
         topic: str,
         value: Any,
@@ -329,24 +335,24 @@ class Producing(EngineCore):
         None (nothing done) when the store holds writes back (backpressure, or a failed
         store): await :meth:`~txnstream.ledger.Store.wait_writable`, then call again.
         """
-        encoded = encode_message(value, key, properties, self.config.max_message_bytes)
-        rt = self._rt
+        encoded = encode_message(value, key, properties, self._config.max_message_bytes)
+        rt = self._core.rt
         store = rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             return None
         # The position is assigned and queued in this one step.
-        topic_ = rt.topics.get(topic) if self.state is EngineState.OPEN else None
+        topic_ = rt.topics.get(topic) if self._core.state is EngineState.OPEN else None
         if topic_ is None:
-            if topic in rt.partitioned and self.state is EngineState.OPEN:
+            if topic in rt.partitioned and self._core.state is EngineState.OPEN:
                 encoded_key = encoded[0]  # to the partition its (checked) key picks
                 topic = partition_name(topic, self._route(topic, [encoded_key])[0])
-            topic_ = self._topic(topic)  # (else raises the right error)
+            topic_ = self._core.topic(topic)  # (else raises the right error)
         coordinator = rt.coordinator
         try:
             record = coordinator.check_open(txn)
         except FencedError:
-            self.metrics.fenced_requests.inc()
+            self._metrics.fenced_requests.inc()
             raise
         store.check_writable()
         batch = store.batch
@@ -354,30 +360,30 @@ class Producing(EngineCore):
             coordinator.register_topic(batch, record, topic)
         position = topic_.prepare_one(batch, encoded, record.txn_id, coordinator.checked_at)
         store.pipelined()
-        self.metrics.count_in(topic, 1)
+        self._metrics.count_in(topic, 1)
         return position
 
-    async def _wait_writable(self) -> None:
-        """Wait while the store holds writes back (see :meth:`_send_one_in_txn`)."""
-        await self._rt.store.wait_writable()
+    async def wait_writable(self) -> None:
+        """Wait while the store holds writes back (see :meth:`send_one_in_txn`)."""
+        await self._core.rt.store.wait_writable()
 
-    def _fast_txn_send(self, topic: str, txn: TxnId) -> FastTxnSend | None:
+    def fast_txn_send(self, topic: str, txn: TxnId) -> FastTxnSend | None:
         """A :class:`FastTxnSend` for ``txn``'s next value-only sends to ``topic``, right
-        after a :meth:`_send_one_in_txn` of it (None if that send did not leave one)."""
-        rt = self._rt
+        after a :meth:`send_one_in_txn` of it (None if that send did not leave one)."""
+        rt = self._core.rt
         topic_ = rt.topics.get(topic)
         record = rt.coordinator.get(txn)
-        if topic_ is None or self.state is not EngineState.OPEN or topic not in record.topics:
+        if topic_ is None or self._core.state is not EngineState.OPEN or topic not in record.topics:
             return None
         batch = rt.store.batch
         appender = topic_.run_appender(batch, record.txn_id)
-        return None if appender is None else FastTxnSend(self, topic, record, batch, appender)
+        return None if appender is None else FastTxnSend(self._core, topic, record, batch, appender)
 
     def _route(self, topic: str, keys: Sequence[str | None]) -> list[int]:
         """The partition of partitioned ``topic`` each message goes to: by its key with
         Kafka's partitioner, round-robin without one."""
-        count = self._rt.partitioned[topic].partitions
-        turn = self._rt.next_partition.get(topic, 0)
+        count = self._core.rt.partitioned[topic].partitions
+        turn = self._core.rt.next_partition.get(topic, 0)
         out = []
         for key in keys:
             if key is None:
@@ -385,7 +391,7 @@ class Producing(EngineCore):
                 turn += 1
             else:
                 out.append(partition_for_key(key, count))
-        self._rt.next_partition[topic] = turn % count
+        self._core.rt.next_partition[topic] = turn % count
         return out
 
     async def _append_partitioned(
@@ -402,16 +408,16 @@ class Producing(EngineCore):
         positions, the batch's future and each position's partition topic."""
         payloads = await self._encoded(topic_name, messages, values)
         keys = [None] * len(messages) if values else [m.key for m in messages]
-        store = self._rt.store
+        store = self._core.rt.store
         # Nothing below awaits: positions are assigned and submitted in one step.
-        if topic_name not in self._rt.partitioned:
-            self._topic(topic_name)  # deleted meanwhile: raises the right error
+        if topic_name not in self._core.rt.partitioned:
+            self._core.topic(topic_name)  # deleted meanwhile: raises the right error
         parts = self._route(topic_name, keys)
         groups: dict[int, list[int]] = {}
         for index, part in enumerate(parts):
             groups.setdefault(part, []).append(index)
-        topics = {i: self._topic(partition_name(topic_name, i)) for i in groups}
-        record = None if txn is None else self._check_txn(txn)
+        topics = {i: self._core.topic(partition_name(topic_name, i)) for i in groups}
+        record = None if txn is None else self._core.check_txn(txn)
         store.check_writable()
         batch = store.batch
         positions: list[Position] = [Position(0, 0)] * len(payloads)
@@ -419,12 +425,12 @@ class Producing(EngineCore):
             topic = topics[part]
             txn_id = None
             if record is not None:
-                self._rt.coordinator.register_topic(batch, record, topic.name)
+                self._core.rt.coordinator.register_topic(batch, record, topic.name)
                 txn_id = record.txn_id
             got = topic.prepare_payloads(batch, [payloads[i] for i in members], txn_id)
             for index, position in zip(members, got, strict=True):
                 positions[index] = position
-            self.metrics.count_in(topic.name, len(members))
+            self._metrics.count_in(topic.name, len(members))
         done = store.submit(batch, wait=wait)
         return positions, done, [topics[part].name for part in parts]
 
@@ -437,15 +443,15 @@ class Producing(EngineCore):
             check_values(messages)
         if isinstance(messages, OutgoingMessage | str | bytes) or not messages:
             raise InvalidArgumentError("messages must be a non-empty list")
-        limit = self.config.max_message_bytes
+        limit = self._config.max_message_bytes
         encode = _value_payloads if values else _payloads
         if len(messages) >= LARGE_BATCH:
-            if topic_name not in self._rt.partitioned:
-                self._topic(topic_name)  # an unknown topic fails before the work
+            if topic_name not in self._core.rt.partitioned:
+                self._core.topic(topic_name)  # an unknown topic fails before the work
             payloads = await asyncio.to_thread(encode, messages, limit)
         else:
             payloads = encode(messages, limit)
-        store = self._rt.store
+        store = self._core.rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
@@ -465,30 +471,30 @@ class Producing(EngineCore):
         """Validate and encode ``messages`` (bare values if ``values``), then prepare
         and submit them in one step; a duplicate batch is a :class:`ProduceResult`."""
         payloads = await self._encoded(topic_name, messages, values)
-        store = self._rt.store
+        store = self._core.rt.store
         timed = [] if values else _delivery_times(messages)
         # Nothing below awaits: positions are assigned and submitted in one step.
-        topic = self._topic(topic_name)
+        topic = self._core.topic(topic_name)
         if producer is not None and sequence is not None:
             duplicate = topic.duplicate_of(producer, sequence)
             if duplicate is not None:
                 return ProduceResult(duplicate, True)
-        record = None if txn is None else self._check_txn(txn)
+        record = None if txn is None else self._core.check_txn(txn)
         store.check_writable()
         batch = store.batch  # validated above: everything below goes into the next flush
         txn_id = None
         if record is not None:
-            self._rt.coordinator.register_topic(batch, record, topic_name)
+            self._core.rt.coordinator.register_topic(batch, record, topic_name)
             txn_id = record.txn_id
         positions = topic.prepare_payloads(batch, payloads, txn_id)
         if timed:
-            self._rt.subscriptions.delay_delivery(
+            self._core.rt.subscriptions.delay_delivery(
                 batch, topic, [(positions[i], at) for i, at in timed]
             )
         if producer is not None and sequence is not None:
             topic.record_producer(batch, producer, sequence, positions)
         done = store.submit(batch, wait=wait)
-        self.metrics.count_in(topic_name, len(positions))
+        self._metrics.count_in(topic_name, len(positions))
         return positions, done
 
     async def send(
@@ -539,13 +545,13 @@ class Producing(EngineCore):
             name, value = item
             message = value if isinstance(value, OutgoingMessage) else OutgoingMessage(value)
             ordered.append(message)
-            if name in self._rt.partitioned:  # to the partition its key picks
+            if name in self._core.rt.partitioned:  # to the partition its key picks
                 key = message.key if isinstance(message.key, str) else None
                 name = partition_name(name, self._route(name, [key])[0])
             groups.setdefault(name, []).append((index, message))
         for name in groups:
-            self._topic(name)  # every topic exists before anything is encoded
-        limit = self.config.max_message_bytes
+            self._core.topic(name)  # every topic exists before anything is encoded
+        limit = self._config.max_message_bytes
         try:
             encoded = {
                 t: [_check_message(m, limit) for _, m in group] for t, group in groups.items()
@@ -554,7 +560,7 @@ class Producing(EngineCore):
             raise _naming_message(exc, ordered, limit) from None
         for group in groups.values():
             _delivery_times([m for _, m in group])
-        store = self._rt.store
+        store = self._core.rt.store
         store.check_space()
         if store.over_limit or store.failure is not None:
             await store.wait_writable()
@@ -562,23 +568,23 @@ class Producing(EngineCore):
         batch = WriteBatch()
         positions: list[Position | None] = [None] * len(items)
         for topic_name, group in groups.items():
-            topic = self._topic(topic_name)
+            topic = self._core.topic(topic_name)
             for (index, message), position in zip(
                 group, topic.prepare_data(batch, encoded[topic_name], None), strict=True
             ):
                 positions[index] = position
                 if message.deliver_at_ms is not None:
-                    self._rt.subscriptions.delay_delivery(
+                    self._core.rt.subscriptions.delay_delivery(
                         batch, topic, [(position, message.deliver_at_ms)]
                     )
-            self.metrics.count_in(topic_name, len(group))
+            self._metrics.count_in(topic_name, len(group))
         await store.write(batch)
         return [p for p in positions if p is not None]
 
 
 class FastTxnSend:
     """``Transaction.send``'s fast path: a transaction's further value-only sends to one
-    topic while nothing around them changed since a full :meth:`Producing._send_one_in_txn`
+    topic while nothing around them changed since a full :meth:`Producing.send_one_in_txn`
     (the same open batch, the topic's last run still this transaction's, the transaction
     still open and in time, no backpressure, space or store failure).
 
@@ -593,7 +599,7 @@ class FastTxnSend:
         "_appender",
         "_batch",
         "_coordinator",
-        "_engine",
+        "_core",
         "_head",
         "_head_ms",
         "_limit",
@@ -606,23 +612,23 @@ class FastTxnSend:
 
     def __init__(
         self,
-        engine: Producing,
+        core: Core,
         topic: str,
         record: TxnRecord,
         batch: WriteBatch,
         appender: TxnRunAppender,
     ) -> None:
-        self._engine = engine
+        self._core = core
         self.topic = topic
         """The topic this fast path sends to."""
         self._record = record
         self._batch = batch
         self._appender = appender
-        runtime = engine._rt  # this term's (a later one's store does not take this batch)
+        runtime = core.rt  # this term's (a later one's store does not take this batch)
         self._store = runtime.store
         self._coordinator = runtime.coordinator
-        self._metrics = engine.metrics
-        self._limit = engine.config.max_message_bytes
+        self._metrics = core.metrics
+        self._limit = core.config.max_message_bytes
         self._pack = value_packer()  # made on the loop's thread, where every send runs
         self._head_ms = -1
         self._head = b""
@@ -632,7 +638,7 @@ class FastTxnSend:
         record = self._record
         store = self._store
         if (
-            self._engine.state is not EngineState.OPEN
+            self._core.state is not EngineState.OPEN
             or record.state is not TxnState.OPEN
             or record.fenced
             or not store.takes_pipelined(self._batch)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import pydoc
 import subprocess
 import sys
 from pathlib import Path
@@ -174,6 +176,22 @@ def test_the_engine_shows_only_its_methods() -> None:
     """``help(Engine)`` lists the methods above and nothing of its insides."""
     public = sorted(n for n in dir(api.Engine) if not n.startswith("_"))
     assert public == sorted(ENGINE_METHODS)
+
+
+def test_help_shows_each_engine_method_with_its_signature_and_docstring() -> None:
+    """The engine's methods are its parts' (``txnstream.api._engine``): ``help(Engine)``
+    and ``inspect`` still show each as a method of the engine, with its parameters (no
+    ``*args``) and its docstring."""
+    text = pydoc.render_doc(api.Engine, renderer=pydoc.plaintext)
+    for name in ENGINE_METHODS:
+        method = getattr(api.Engine, name)
+        assert inspect.isroutine(method), name
+        doc = inspect.getdoc(method)
+        assert doc, f"Engine.{name} has no docstring"
+        parameters = inspect.signature(method).parameters.values()
+        assert all(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters), name
+        assert f"{name}(" in text, name
+        assert doc.splitlines()[0] in text, name
 
 
 def test_api_exports_exactly_the_documented_surface() -> None:

@@ -252,7 +252,7 @@ async def test_recovery_with_the_disk_still_full_waits_then_resumes(small_fs: Pa
         await engine.create_topic("t")
         acked = [await engine.send("t", b"before")]
         filler = _fill_all(small_fs)
-        engine._fail(RuntimeError("a background task failed"))  # recovery starts now
+        engine._lifecycle.fail(RuntimeError("a background task failed"))  # recovery starts now
         await wait_until(lambda: _async(engine.health().status == "recovering"), 10, "recovering")
         with pytest.raises(EngineError):
             await engine.receive("t", "nobody", timeout=0.5)
@@ -284,8 +284,8 @@ async def test_a_receive_during_recovery_answers_unavailable_never_empty_at_once
             loads += 1
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        engine._load = stuck_load  # type: ignore[method-assign]
-        engine._fail(RuntimeError("a flush failed"))
+        engine._lifecycle.load = stuck_load  # type: ignore[method-assign]
+        engine._lifecycle.fail(RuntimeError("a flush failed"))
         with pytest.raises(EngineFailedError, match="recovering"):
             await asyncio.wait_for(waiting, 10)
         with pytest.raises(EngineFailedError, match="recovering"):

@@ -96,7 +96,7 @@ class EngineMachine(EngineStateMachine):
         """The handle kept for transaction ``seq`` (a new one after a restart)."""
         handle = self.txn_handles.get(seq)
         if handle is None:
-            handle = self.txn_handles[seq] = Transaction(self.engine, TxnId(seq))
+            handle = self.txn_handles[seq] = self.engine._transactions.handle(TxnId(seq))
         return handle
 
     # -- rules ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import wait_until
 
-import txnstream.api._engine as engine_module
+import txnstream.api._lifecycle as lifecycle_module
 from txnstream.api import (
     Engine,
     EngineConfig,
@@ -41,22 +41,22 @@ async def test_an_in_place_recovery_swaps_the_whole_term_at_once(
         sent = await engine.send_many("t", [1, 2, 3])
         async with engine.transaction() as txn:
             await txn.send("p", "in a txn")
-        old = engine._runtime
+        old = engine._core.runtime
         assert old is not None
 
         loading = asyncio.Event()
         go_on = asyncio.Event()
-        load_runtime = engine_module.load_runtime
+        load_runtime = lifecycle_module.load_runtime
 
         async def held_load(*args: object, **kwargs: object) -> object:
             loading.set()
             await go_on.wait()
             return await load_runtime(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(engine_module, "load_runtime", held_load)
-        engine._fail(RuntimeError("a background task failed"))  # recovery starts now
+        monkeypatch.setattr(lifecycle_module, "load_runtime", held_load)
+        engine._lifecycle.fail(RuntimeError("a background task failed"))  # recovery starts now
         await asyncio.wait_for(loading.wait(), 10)
-        assert engine._runtime is None  # the old term is gone whole, the new not yet in
+        assert engine._core.runtime is None  # the old term is gone whole, the new not yet in
         assert old.store.closed
         with pytest.raises(EngineFailedError, match="recovering"):
             await engine.stats("t")
@@ -64,7 +64,7 @@ async def test_an_in_place_recovery_swaps_the_whole_term_at_once(
         go_on.set()
         await wait_until(lambda: _healthy(engine), 10, "recovered")
 
-        new = engine._runtime
+        new = engine._core.runtime
         assert new is not None
         assert new is not old
         assert not new.store.closed

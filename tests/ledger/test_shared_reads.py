@@ -53,7 +53,7 @@ async def test_a_cancelled_read_leaves_the_others_their_rows(tmp_path: Path) -> 
     async with Engine.open(tmp_path / "data", EngineConfig()) as engine:
         await engine.create_topic("t")
         await engine.send_many("t", [b"a", b"b", b"c"])
-        ledger = engine._topic("t").ledger
+        ledger = engine._core.topic("t").ledger
         start, end = Position(0, 0), Position(0, 2)
         first = asyncio.create_task(ledger.read_rows(start, end, 10))
         await asyncio.sleep(0)  # (the first read is in flight, registered for sharing)
