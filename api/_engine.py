@@ -37,6 +37,7 @@ from txnstream.ledger import (
     ClosedError,
     DataDirectoryLostError,
     DataDirLockedError,
+    EngineFailedError,
     FencedError,
     InvalidArgumentError,
     LeaseLostError,
@@ -159,6 +160,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
                 max_pending_entries=self.config.max_pending_entries,
                 lease_timeout=self.config.lease_timeout,
                 advertise_url=self.config.advertise_url,
+                advertise_kafka=self.config.kafka_advertise,
             )
         return await Store.open(
             self.path / DB_FILE,
@@ -271,7 +273,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         if self._standby_allowed and isinstance(exc, LeaseLostError):
             log.error("this server lost the store's lease (%s): stepping down to standby", exc)
             self.state = EngineState.STANDBY
-            self.active_url = None
+            self.active_url = self.active_kafka = None
             self._spawn(self._step_down(), name="txnstream-step-down")
             return
         # A deleted data directory is not recovered in place: reopening would make a new,
@@ -362,7 +364,7 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         """The lease is lost: drop everything in memory (the store holds it all), close
         the store and wait as a standby. Calls meanwhile answer unavailable."""
         self.state = EngineState.STANDBY
-        self.active_url = None
+        self.active_url = self.active_kafka = None
         await self._stop_background()
         runtime, self._runtime = self._runtime, None  # the whole term goes at once
         if runtime is not None:
@@ -379,13 +381,14 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
         from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
 
         assert self.store_url is not None
-        watch = LeaseWatch(self.store_url.url)
+        watch = self._watch = LeaseWatch(self.store_url.url)
         # A tenth: the poll is one small read, and its interval adds to every failover.
         poll = self.config.lease_timeout / 10
         try:
             while True:
                 lease = await watch.read()
                 self.active_url = None if lease is None else lease.active_url
+                self.active_kafka = None if lease is None else lease.active_kafka
                 if lease is None or lease.free:
                     if lease is not None and lease.holder is not None:
                         # expired, not released: its holder may be paused mid-write
@@ -401,13 +404,27 @@ class Engine(Producing, ConsumerPolicies, TopicAdmin, Offsets, PartitionedConsum
                         log.warning("cannot take over the store yet: %s", exc)
                 await asyncio.sleep(poll)
         finally:
+            self._watch = None
             await watch.close()
-        self.active_url = None
+        self.active_url = self.active_kafka = None
         self._failure = None
         self.metrics.failovers.inc()
         log.warning("took over the store's lease: this server is the active now")
         self.state = EngineState.OPEN
         self._start_background()
+
+    async def standby_catalog(self) -> tuple[list[str], dict[str, int]]:
+        """On a standby: the store's topic names and partitioned topics (name ->
+        partition count) as the active last committed them, read from the store (the
+        standby holds none in memory). Raises :class:`EngineFailedError` when this engine
+        is not a standby or the store cannot be read now."""
+        watch = self._watch
+        if self.state is not EngineState.STANDBY or watch is None:
+            raise EngineFailedError(f"the engine is {self.state.value}, not a standby")
+        found = await watch.catalog()
+        if found is None:
+            raise EngineFailedError("the store cannot be read now")
+        return found
 
     def _wake_all(self) -> None:
         runtime = self._runtime

@@ -58,6 +58,7 @@ class Producers:
 
     def __init__(self) -> None:
         self._txn: dict[tuple[str | None, str], TxnProducer] = {}  # by (owner, id)
+        self._expired: set[tuple[str | None, str]] = set()  # forgotten idle, this term
 
     @staticmethod
     def new_id() -> int:
@@ -77,6 +78,7 @@ class Producers:
         owner = None if principal is None else principal.name
         producer = self._txn.get((owner, transactional_id))
         if producer is None:
+            self._expired.discard((owner, transactional_id))
             producer = self._txn[owner, transactional_id] = TxnProducer(
                 transactional_id,
                 self.transactional_producer_id(transactional_id, owner),
@@ -96,6 +98,18 @@ class Producers:
         producer.used = time.monotonic()
         return producer
 
+    def expired(self, transactional_id: str, principal: Principal | None = None) -> bool:
+        """Whether the transactional id was forgotten idle (:meth:`expire`) since this
+        server became the active, rather than never initialised here."""
+        owner = None if principal is None else principal.name
+        return (owner, transactional_id) in self._expired
+
+    def clear(self) -> None:
+        """Forget every transactional id (this server stopped being the active: their
+        engine transactions are the store's, ended or fenced by the next active)."""
+        self._txn.clear()
+        self._expired.clear()
+
     def expire(self, idle: float) -> int:
         """Forget the transactional ids no request named for ``idle`` seconds that have
         no open transaction and no request under way; returns how many."""
@@ -107,6 +121,7 @@ class Producers:
         ]
         for key in expired:
             del self._txn[key]
+        self._expired.update(expired)
         return len(expired)
 
 

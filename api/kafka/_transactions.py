@@ -51,6 +51,13 @@ class TxnApi(BrokerBase):
         self, transactional_id: str, producer_id: int, epoch: int
     ) -> TxnProducer | ErrorCode:
         producer = self.producers.get(transactional_id, principal())
+        if producer is None and not self.producers.expired(transactional_id, principal()):
+            # Never initialised on this server since it became the active: the producer
+            # was initialised with another active (before a failover) or before a
+            # restart, and its epoch is not known here. Fenced (fatal: the client must
+            # initialise again), never "unknown id" (abortable): its last EndTxn may have
+            # committed on the old active, and an abort reported now would be a lie.
+            return ErrorCode.INVALID_PRODUCER_EPOCH
         if producer is None or producer.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer.epoch != epoch:
