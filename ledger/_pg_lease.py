@@ -9,8 +9,9 @@ a mapping of scopes to epochs, so that step changes callers, not this module.
 The row (``leases``) holds an **epoch**, a fencing token bumped by every acquisition; the
 **holder**'s id (unique per server process); the **url** clients are sent to; the
 **kafka** address (``HOST:PORT``) Kafka clients are sent to, when the holder listens for
-them (schema version 2); and the expiry, computed on the database's clock (``clock_timestamp()``), never a client's, so
-servers with skewed clocks agree on when a lease has expired.
+them (schema version 2); and the expiry, computed on the database's clock
+(``clock_timestamp()``), never a client's, so servers with skewed clocks agree on when a
+lease has expired.
 
 - :meth:`Lease.try_acquire` takes the row only if it is free (released or never held) or
   expired, and bumps the epoch: an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` whose
@@ -158,8 +159,9 @@ class Lease:
 
     ``holder`` identifies this server process (unique: a restarted server is a new
     holder), ``url`` is where clients should go while it is the active (and ``kafka``
-    where Kafka clients should), ``ttl`` the lease timeout in seconds. Each operation runs as its own transaction on the given
-    connection, or as a savepoint of the caller's open transaction.
+    where Kafka clients should), ``ttl`` the lease timeout in seconds. Each operation
+    runs as its own transaction on the given connection, or as a savepoint of the
+    caller's open transaction.
     """
 
     def __init__(

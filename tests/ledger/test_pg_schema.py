@@ -145,7 +145,8 @@ async def test_a_version_1_database_upgrades_in_place_and_its_lease_names_kafka(
         cur = await conn.execute("SELECT version FROM schema_version")
         assert await cur.fetchall() == [(SCHEMA_VERSION,)]
         state = await read_lease(conn)
-        assert state is not None and (state.url, state.kafka, state.epoch) == (
+        assert state is not None
+        assert (state.url, state.kafka, state.epoch) == (
             "http://old:8080",
             None,
             1,
@@ -164,4 +165,5 @@ async def test_a_version_1_database_upgrades_in_place_and_its_lease_names_kafka(
         )
         await new.release(conn)
         state = await read_lease(conn)
-        assert state is not None and (state.active_kafka, state.kafka) == (None, None)
+        assert state is not None
+        assert (state.active_kafka, state.kafka) == (None, None)
