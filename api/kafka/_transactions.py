@@ -18,7 +18,7 @@ from txnstream.api import (
 
 from ._base import BrokerBase, valid_group
 from ._codes import ErrorCode, code_of
-from ._producers import TxnProducer, next_epoch
+from ._producers import TxnProducer, new_session, next_epoch
 from ._session import may, principal
 
 
@@ -44,6 +44,7 @@ class TxnApi(BrokerBase):
             if producer.txn is not None:  # the previous epoch's open transaction
                 await self._end(producer, commit=False)
             producer.epoch = next_epoch(producer.epoch)
+            producer.session = new_session()
             producer.timeout_ms = timeout_ms
             return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)
 
