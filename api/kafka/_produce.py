@@ -17,7 +17,7 @@ from txnstream.api import (
 )
 
 from ._base import BrokerBase
-from ._codes import ErrorCode, code_of
+from ._codes import ErrorCode
 from ._producers import TxnProducer, producer_name
 from ._records import RecordsError, read_batches
 from ._session import may, principal
@@ -55,7 +55,7 @@ class ProduceApi(BrokerBase):
                 try:
                     await future
                 except EngineError as exc:
-                    error, base = code_of(exc), -1
+                    error, base = self._code_of(exc), -1
             target = self._partition(name, index)
             start = -1
             if error is ErrorCode.NONE and target is not None:
@@ -163,7 +163,7 @@ class ProduceApi(BrokerBase):
                 principal=principal(),
             )
         except EngineError as exc:
-            return code_of(exc), -1, None
+            return self._code_of(exc), -1, None
         if not result.positions:  # an older duplicate: stored, its offsets forgotten
             return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
         if txn is not None and done is not None:

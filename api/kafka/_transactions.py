@@ -160,7 +160,7 @@ class TxnApi(BrokerBase):
         except EngineError as exc:
             if not commit:
                 return ErrorCode.NONE  # it ended anyway (timed out, fenced): aborted
-            return code_of(exc)
+            return self._code_of(exc, coordinator=True)
         return ErrorCode.NONE
 
     async def add_offsets_to_txn(self, request: Any, version: int) -> Any:

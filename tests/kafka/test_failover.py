@@ -10,11 +10,13 @@ message exactly once, in order, and nothing aborted."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,13 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceResponse,
+)
 from kafka_clients import consume
-from kafka_support import KafkaWire
+from kafka_support import KafkaWire, produce_request, record_batch
 from support import free_ports, wait_for
 
 from txnstream.api.kafka._standby import node_id_of
@@ -144,6 +150,13 @@ async def test_a_standby_names_the_active_and_a_client_of_the_standby_alone_prod
             1,
         )
         assert init.error_code == 16  # NOT_COORDINATOR: go to the one FindCoordinator names
+        produced = await wire.call(
+            produce_request("orders", record_batch(-1, -1, -1, [b"to-the-standby"])),
+            ProduceResponse,
+            8,
+        )
+        [part] = produced.responses[0].partition_responses
+        assert part.error_code == 6  # NOT_LEADER_OR_FOLLOWER: refresh metadata, go there
     finally:
         await wire.close()
     # a client that knows only the standby is sent to the active, and its produce lands
@@ -335,3 +348,39 @@ async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or
     assert set(seen) <= set(txns.committed) | set(txns.in_doubt)
     for k in txns.in_doubt:
         assert seen.count(k) in (0, 3)  # all or nothing
+
+
+async def test_a_paused_active_stops_leading_and_stores_nothing_after_the_takeover(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    """SIGSTOP the active for twice the lease timeout with a produce sent to it: the
+    standby takes over; when the old active wakes, the produce is refused (never
+    stored), and its listener names the new active."""
+    a, b = pair
+    _create(a, "late")
+    wire = await KafkaWire.open(a.kafka_port)
+    try:
+        a.proc.send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        request = produce_request("late", record_batch(-1, -1, -1, [b"from-the-old-active"]))
+        request.API_VERSION = 8
+        request.with_header(correlation_id=7, client_id="paused-test")
+        await wire.send_raw(bytes(request.encode(header=True, framed=True)))
+        b.wait_status("ok", TAKEOVER)
+        await asyncio.sleep(max(0.0, paused + 2 * LEASE - time.monotonic()))  # (2 s at most)
+        a.proc.send_signal(signal.SIGCONT)
+        frame = await wire.read_frame(timeout=30)
+        answer = ProduceResponse.decode(frame[4:], version=8)
+        [part] = answer.responses[0].partition_responses
+        # fenced, never acknowledged: NOT_LEADER_OR_FOLLOWER, retried at the new active
+        assert part.error_code == 6
+        a.wait_status("standby", 30)
+        meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
+        assert [(x.node_id, x.port) for x in meta.brokers] == [(b.node_id, b.kafka_port)]
+        assert [p.leader_id for t in meta.topics for p in t.partitions] == [b.node_id]
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        await wire.close()
+    async with httpx.AsyncClient(trust_env=False) as http:
+        stats = (await http.get(f"{b.url}/v1/topics/late/stats", timeout=10)).json()
+    assert stats["entries"] == 0
