@@ -51,11 +51,12 @@ class KafkaListener:
     """Serves the Kafka protocol on ``host:port`` over ``engine``.
 
     ``advertise`` is the ``(host, port)`` Metadata and FindCoordinator return (default:
-    the bound address). With ``authenticate`` (``(user, password)`` -> a principal or
-    None), a connection must authenticate with SASL/PLAIN first and the principal's
-    grants apply; with ``tls`` (a server context) connections are TLS (SASL_SSL, or SSL
-    without ``authenticate``); ``sock``: a socket already bound to ``host:port`` to
-    listen on. Start with :meth:`start`, stop with :meth:`stop`.
+    the engine's ``kafka_advertise``, else the bound address). With ``authenticate``
+    (``(user, password)`` -> a principal or None), a connection must authenticate with
+    SASL/PLAIN first and the principal's grants apply; with ``tls`` (a server context)
+    connections are TLS (SASL_SSL, or SSL without ``authenticate``); ``sock``: a socket
+    already bound to ``host:port`` to listen on. Start with :meth:`start`, stop with
+    :meth:`stop`.
     """
 
     def __init__(
@@ -93,7 +94,10 @@ class KafkaListener:
             server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self._tls)
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
-        host, port = self._advertise or (self.host, self.port)
+        configured = self.engine.config.kafka_advertise  # (what the lease row says)
+        host, port = self._advertise or (
+            parse_address(configured, "kafka_advertise") if configured else (self.host, self.port)
+        )
         self.broker = Broker(self.engine, host, port, self._drain, self._authenticate)
         self._upkeep = asyncio.create_task(self.broker.upkeep(), name="kafka-upkeep")
         log.info(
