@@ -122,7 +122,11 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     if api_key == AddOffsetsToTxnRequest.API_KEY:
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=coordinator)
     if api_key == TxnOffsetCommitRequest.API_KEY:
-        return _txn_offset_commit(request, coordinator)
+        txn_topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+        txn_partition = txn_topic.TxnOffsetCommitResponsePartition
+        return _offset_commit(
+            TxnOffsetCommitResponse, txn_topic, txn_partition, request, coordinator
+        )
     if api_key == JoinGroupRequest.API_KEY:
         return JoinGroupResponse(
             throttle_time_ms=0,
@@ -140,7 +144,9 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     if api_key == LeaveGroupRequest.API_KEY:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=coordinator, members=[])
     if api_key == OffsetCommitRequest.API_KEY:
-        return _offset_commit(request, coordinator)
+        topic = OffsetCommitResponse.OffsetCommitResponseTopic
+        partition_type = topic.OffsetCommitResponsePartition
+        return _offset_commit(OffsetCommitResponse, topic, partition_type, request, coordinator)
     if api_key == OffsetFetchRequest.API_KEY:
         return _offset_fetch(request, coordinator)
     if api_key == CreateTopicsRequest.API_KEY:
@@ -284,28 +290,12 @@ def _add_partitions(request: Any, error: ErrorCode) -> Any:
     )
 
 
-def _txn_offset_commit(request: Any, error: ErrorCode) -> Any:
-    topic_type = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    partition = topic_type.TxnOffsetCommitResponsePartition
-    return TxnOffsetCommitResponse(
-        throttle_time_ms=0,
-        topics=[
-            topic_type(
-                name=topic.name,
-                partitions=[
-                    partition(partition_index=p.partition_index, error_code=error)
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ],
-    )
-
-
-def _offset_commit(request: Any, error: ErrorCode) -> Any:
-    topic_type = OffsetCommitResponse.OffsetCommitResponseTopic
-    partition = topic_type.OffsetCommitResponsePartition
-    return OffsetCommitResponse(
+def _offset_commit(
+    response: Any, topic_type: Any, partition: Any, request: Any, error: ErrorCode
+) -> Any:
+    """An OffsetCommit or TxnOffsetCommit answer (``response``, its topic and partition
+    types) with ``error`` for every partition: the two have the same shape."""
+    return response(
         throttle_time_ms=0,
         topics=[
             topic_type(
