@@ -94,7 +94,10 @@ $$;
 
 LEASE_DDL_V2 = "ALTER TABLE leases ADD COLUMN IF NOT EXISTS kafka TEXT"
 """Schema version 2: the active's advertised Kafka address (NULL: it serves no Kafka
-clients, or the row was written by a version-1 server)."""
+clients, or the row was written by a version-1 server). During a rolling upgrade a
+version-1 server that takes the lease leaves the column as its predecessor wrote it
+(its statements do not name it): upgrade every server before relying on Kafka clients
+being sent to the active."""
 
 FENCE_SQL = "SELECT txnstream_fence(%s, %s)"
 """The fence check, parameters ``(scope, epoch)``: the first statement of a write
