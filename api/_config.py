@@ -92,6 +92,11 @@ class EngineConfig:
     advertise_url: str | None = None
     """PostgreSQL store: the URL clients are sent to while this engine is the active
     (kept in the lease row; standbys redirect there). ``serve`` defaults it to its own."""
+    kafka_advertise: str | None = None
+    """PostgreSQL store: the ``HOST:PORT`` Kafka clients are sent to while this engine is
+    the active (kept in the lease row; standbys' Kafka listeners name it in Metadata and
+    FindCoordinator). ``serve --kafka-listen`` sets it to its listener's advertised
+    address; None: this server has no Kafka listener."""
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from txnstream.ledger import (
     ClosedError,
@@ -42,6 +42,9 @@ from ._grants import OPERATIONS, Grant
 from ._metrics import EngineMetrics
 from ._runtime import Runtime
 from ._stats import RecoverySummary
+
+if TYPE_CHECKING:
+    from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
 
 PositionsArg = Sequence[Position | str] | Position | str
 log = logging.getLogger("txnstream.engine")
@@ -185,6 +188,11 @@ class Core:
         self.active_url: str | None = None
         """While a standby: the active's advertised URL as the lease row says (None when
         unknown)."""
+        self.active_kafka: str | None = None
+        """While a standby: the active's advertised Kafka address (``HOST:PORT``) as the
+        lease row says (None when unknown, or when the active has no Kafka listener)."""
+        self.watch: LeaseWatch | None = None
+        """While a standby: its view of the store's lease (and catalog)."""
         self.runtime: Runtime | None = None
         """This term's store and the state rebuilt from it (None while none is open);
         replaced whole on in-place recovery, failover and step-down (see

@@ -96,6 +96,8 @@ class Engine:
         """What the last open (or in-place recovery) rebuilt; None before the first open."""
         active_url: str | None
         """While a standby: the active's advertised URL (None when unknown)."""
+        active_kafka: str | None
+        """While a standby: the active's advertised Kafka address (None when unknown)."""
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
         core = self._core = Core(path, config)
@@ -124,8 +126,9 @@ class Engine:
     if not TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any:
-            """``state``, ``recovery`` and ``active_url``: the core's, read as they are
-            now (attributes, not properties: the public surface is the methods)."""
+            """``state``, ``recovery``, ``active_url`` and ``active_kafka``: the core's,
+            read as they are now (attributes, not properties: the public surface is the
+            methods)."""
             if name in _CORE_VIEW:
                 return getattr(self._core, name)
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -165,6 +168,7 @@ class Engine:
     close = _Part("_lifecycle", Lifecycle.close)
     health = _Part("_lifecycle", Lifecycle.health)
     storage_metrics = _Part("_lifecycle", Lifecycle.storage_metrics)
+    standby_catalog = _Part("_lifecycle", Lifecycle.standby_catalog)
 
     # -- topics and their policies ---------------------------------------------------
     create_topic = _Part("_admin", TopicAdmin.create_topic)
@@ -225,7 +229,7 @@ class Engine:
     last_sequence = _Part("_offsets", Offsets.last_sequence)
 
 
-_CORE_VIEW = frozenset({"state", "recovery", "active_url"})
+_CORE_VIEW = frozenset({"state", "recovery", "active_url", "active_kafka"})
 """The engine's attributes that are its core's (they change as it lives)."""
 
 

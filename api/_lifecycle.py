@@ -28,6 +28,7 @@ from txnstream.ledger import (
     ClosedError,
     DataDirectoryLostError,
     DataDirLockedError,
+    EngineFailedError,
     LeaseLostError,
     StorageMetrics,
     Store,
@@ -149,6 +150,7 @@ class Lifecycle:
                 max_pending_entries=self._config.max_pending_entries,
                 lease_timeout=self._config.lease_timeout,
                 advertise_url=self._config.advertise_url,
+                advertise_kafka=self._config.kafka_advertise,
             )
         return await Store.open(
             self._core.path / DB_FILE,
@@ -251,7 +253,7 @@ class Lifecycle:
         if self._standby_allowed and isinstance(exc, LeaseLostError):
             log.error("this server lost the store's lease (%s): stepping down to standby", exc)
             self._core.state = EngineState.STANDBY
-            self._core.active_url = None
+            self._core.active_url = self._core.active_kafka = None
             self._spawn(self._step_down(), name="txnstream-step-down")
             return
         # A deleted data directory is not recovered in place: reopening would make a new,
@@ -342,7 +344,7 @@ class Lifecycle:
         """The lease is lost: drop everything in memory (the store holds it all), close
         the store and wait as a standby. Calls meanwhile answer unavailable."""
         self._core.state = EngineState.STANDBY
-        self._core.active_url = None
+        self._core.active_url = self._core.active_kafka = None
         await self._stop_background()
         runtime, self._core.runtime = self._core.runtime, None  # the whole term goes at once
         if runtime is not None:
@@ -359,13 +361,14 @@ class Lifecycle:
         from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
 
         assert self._core.store_url is not None
-        watch = LeaseWatch(self._core.store_url.url)
+        watch = self._core.watch = LeaseWatch(self._core.store_url.url)
         # A tenth: the poll is one small read, and its interval adds to every failover.
         poll = self._config.lease_timeout / 10
         try:
             while True:
                 lease = await watch.read()
                 self._core.active_url = None if lease is None else lease.active_url
+                self._core.active_kafka = None if lease is None else lease.active_kafka
                 if lease is None or lease.free:
                     if lease is not None and lease.holder is not None:
                         # expired, not released: its holder may be paused mid-write
@@ -381,13 +384,27 @@ class Lifecycle:
                         log.warning("cannot take over the store yet: %s", exc)
                 await asyncio.sleep(poll)
         finally:
+            self._core.watch = None
             await watch.close()
-        self._core.active_url = None
+        self._core.active_url = self._core.active_kafka = None
         self._core.failure = None
         self._metrics.failovers.inc()
         log.warning("took over the store's lease: this server is the active now")
         self._core.state = EngineState.OPEN
         self._start_background()
+
+    async def standby_catalog(self) -> tuple[list[str], dict[str, int]]:
+        """On a standby: the store's topic names and partitioned topics (name ->
+        partition count) as the active last committed them, read from the store (the
+        standby holds none in memory). Raises :class:`EngineFailedError` when this engine
+        is not a standby or the store cannot be read now."""
+        watch = self._core.watch
+        if self._core.state is not EngineState.STANDBY or watch is None:
+            raise EngineFailedError(f"the engine is {self._core.state.value}, not a standby")
+        found = await watch.catalog()
+        if found is None:
+            raise EngineFailedError("the store cannot be read now")
+        return found
 
     def _wake_all(self) -> None:
         runtime = self._core.runtime

@@ -7,9 +7,11 @@ topic or a bundle of topics (as Pulsar's brokers own bundles), and "the active" 
 a mapping of scopes to epochs, so that step changes callers, not this module.
 
 The row (``leases``) holds an **epoch**, a fencing token bumped by every acquisition; the
-**holder**'s id (unique per server process); the **url** clients are sent to; and the
-expiry, computed on the database's clock (``clock_timestamp()``), never a client's, so
-servers with skewed clocks agree on when a lease has expired.
+**holder**'s id (unique per server process); the **url** clients are sent to; the
+**kafka** address (``HOST:PORT``) Kafka clients are sent to, when the holder listens for
+them (schema version 2); and the expiry, computed on the database's clock
+(``clock_timestamp()``), never a client's, so servers with skewed clocks agree on when a
+lease has expired.
 
 - :meth:`Lease.try_acquire` takes the row only if it is free (released or never held) or
   expired, and bumps the epoch: an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` whose
@@ -90,18 +92,25 @@ $$;
 """
 """The lease table and the fence function (part of the PostgreSQL schema's first version)."""
 
+LEASE_DDL_V2 = "ALTER TABLE leases ADD COLUMN IF NOT EXISTS kafka TEXT"
+"""Schema version 2: the active's advertised Kafka address (NULL: it serves no Kafka
+clients, or the row was written by a version-1 server). During a rolling upgrade a
+version-1 server that takes the lease leaves the column as its predecessor wrote it
+(its statements do not name it): upgrade every server before relying on Kafka clients
+being sent to the active."""
+
 FENCE_SQL = "SELECT txnstream_fence(%s, %s)"
 """The fence check, parameters ``(scope, epoch)``: the first statement of a write
 transaction; fails with :data:`FENCED_SQLSTATE` (rolling the transaction back) when the
 scope's lease no longer carries ``epoch``."""
 
 _ACQUIRE = """
-INSERT INTO leases AS l (scope, epoch, holder, url, acquired_at, expires_at)
-VALUES (%(scope)s, 1, %(holder)s, %(url)s, clock_timestamp(),
+INSERT INTO leases AS l (scope, epoch, holder, url, kafka, acquired_at, expires_at)
+VALUES (%(scope)s, 1, %(holder)s, %(url)s, %(kafka)s, clock_timestamp(),
         clock_timestamp() + make_interval(secs => %(ttl)s))
 ON CONFLICT (scope) DO UPDATE
     SET epoch = l.epoch + 1, holder = EXCLUDED.holder, url = EXCLUDED.url,
-        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+        kafka = EXCLUDED.kafka, acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
     WHERE l.holder IS NULL OR l.expires_at <= clock_timestamp()
 RETURNING epoch
 """
@@ -111,11 +120,11 @@ WHERE scope = %(scope)s AND epoch = %(epoch)s
 RETURNING epoch
 """
 _RELEASE = """
-UPDATE leases SET holder = NULL, url = NULL, expires_at = clock_timestamp()
+UPDATE leases SET holder = NULL, url = NULL, kafka = NULL, expires_at = clock_timestamp()
 WHERE scope = %(scope)s AND epoch = %(epoch)s
 """
 _READ = """
-SELECT scope, epoch, holder, url, acquired_at, expires_at,
+SELECT scope, epoch, holder, url, kafka, acquired_at, expires_at,
        holder IS NULL OR expires_at <= clock_timestamp()
 FROM leases WHERE scope = %s
 """
@@ -129,6 +138,8 @@ class LeaseState:
     epoch: int
     holder: str | None
     url: str | None
+    kafka: str | None
+    """The holder's advertised Kafka address (``HOST:PORT``), None without a listener."""
     acquired_at: datetime
     expires_at: datetime
     free: bool
@@ -139,17 +150,32 @@ class LeaseState:
         """Where the active of this scope serves, or None when nobody holds it."""
         return None if self.free else self.url
 
+    @property
+    def active_kafka(self) -> str | None:
+        """Where the active of this scope serves Kafka clients (``HOST:PORT``), or None
+        when nobody holds it or it has no Kafka listener."""
+        return None if self.free else self.kafka
+
 
 class Lease:
     """One server's claim on one scope's lease.
 
     ``holder`` identifies this server process (unique: a restarted server is a new
-    holder), ``url`` is where clients should go while it is the active, ``ttl`` the lease
-    timeout in seconds. Each operation runs as its own transaction on the given
-    connection, or as a savepoint of the caller's open transaction.
+    holder), ``url`` is where clients should go while it is the active (and ``kafka``
+    where Kafka clients should), ``ttl`` the lease timeout in seconds. Each operation
+    runs as its own transaction on the given connection, or as a savepoint of the
+    caller's open transaction.
     """
 
-    def __init__(self, holder: str, url: str | None, ttl: float, scope: str = STORE_SCOPE) -> None:
+    def __init__(
+        self,
+        holder: str,
+        url: str | None,
+        ttl: float,
+        scope: str = STORE_SCOPE,
+        *,
+        kafka: str | None = None,
+    ) -> None:
         if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
             raise InvalidArgumentError(f"lease timeout must be a positive number, not {ttl!r}")
         if not holder:
@@ -157,6 +183,7 @@ class Lease:
         self.scope = scope
         self.holder = holder
         self.url = url
+        self.kafka = kafka
         self.ttl = float(ttl)
         self.epoch: int | None = None
         """The epoch this server holds the lease with, None while it does not."""
@@ -175,7 +202,13 @@ class Lease:
         """Take the lease if it is free or expired, with the next epoch; False if another
         holder has it."""
         sent = time.monotonic()
-        params = {"scope": self.scope, "holder": self.holder, "url": self.url, "ttl": self.ttl}
+        params = {
+            "scope": self.scope,
+            "holder": self.holder,
+            "url": self.url,
+            "kafka": self.kafka,
+            "ttl": self.ttl,
+        }
         async with conn.transaction():
             row = await (await conn.execute(_ACQUIRE, params)).fetchone()
         if row is None:
@@ -250,11 +283,13 @@ async def read_lease(
     row = await (await conn.execute(_READ, (scope,))).fetchone()
     if row is None:
         return None
-    name, epoch, holder, url, acquired_at, expires_at, free = row
-    return LeaseState(name, int(epoch), holder, url, acquired_at, expires_at, bool(free))
+    name, epoch, holder, url, kafka, acquired_at, expires_at, free = row
+    return LeaseState(name, int(epoch), holder, url, kafka, acquired_at, expires_at, bool(free))
 
 
 async def create_lease_schema(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Create the lease table and fence function (the schema migration runs this too)."""
+    """Create the lease table and fence function, at the schema's current version (the
+    schema migration runs these too)."""
     async with conn.transaction():
         await conn.execute(LEASE_DDL)
+        await conn.execute(LEASE_DDL_V2)

@@ -26,10 +26,10 @@ from typing import Any
 import psycopg
 
 from ._errors import LedgerError
-from ._pg_lease import LEASE_DDL
+from ._pg_lease import LEASE_DDL, LEASE_DDL_V2
 from ._pg_write import MARKS_DDL
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATION_LOCK = 0x7478_6E73_7472_6D00
 """The advisory lock key (``txnstrm\\0``) migrating openers serialise on."""
@@ -197,8 +197,14 @@ CREATE TABLE snapshots (
     + MARKS_DDL
 )
 
-# Each step brings the schema from version N-1 to N.
-_STEPS: dict[int, str] = {1: _DDL_V1}
+# Each step brings the schema from version N-1 to N; a step, once released, never changes
+# (a database at N-1 must get exactly what a fresh one gets).
+_STEPS: dict[int, str] = {
+    1: _DDL_V1,
+    # 2: the lease row names the active's Kafka address too (a nullable column: the rows
+    # a version-1 server wrote read as "no Kafka listener" until their next acquisition)
+    2: LEASE_DDL_V2,
+}
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:

@@ -61,6 +61,8 @@ def session_name(holder: str) -> str:
     return f"{_APPLICATION} {hashlib.sha256(holder.encode()).hexdigest()[:16]}"
 
 
+_TOPIC_NAMES = "SELECT name FROM topics ORDER BY name"
+_PARTITIONED = "SELECT name, partitions FROM partitioned_topics"
 _END_SESSIONS = """
 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()
@@ -163,6 +165,7 @@ class PgStore(SqlStore):
         lease_timeout: float = 5.0,
         holder: str | None = None,
         advertise_url: str | None = None,
+        advertise_kafka: str | None = None,
         connect_timeout: float = 10.0,
     ) -> PgStore:
         """Connect to the database at ``url`` (a libpq URL), migrate its schema, take the
@@ -173,7 +176,7 @@ class PgStore(SqlStore):
         be reached.
         """
         holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        lease = Lease(holder, advertise_url, lease_timeout)
+        lease = Lease(holder, advertise_url, lease_timeout, kafka=advertise_kafka)
         try:
             writer = await psycopg.AsyncConnection.connect(
                 url,
@@ -502,6 +505,23 @@ class LeaseWatch:
             log.warning("cannot end the sessions of the expired active: %s", exc)
             return 0
         return 0 if row is None else int(row[0])
+
+    async def catalog(self) -> tuple[list[str], dict[str, int]] | None:
+        """The store's topic names and its partitioned topics (name -> partitions), as the
+        active last committed them (a standby's Kafka listener answers Metadata with
+        them); None when the database cannot be read now (logged)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            return None  # (the next lease read reconnects)
+        try:
+            topics = await (await conn.execute(_TOPIC_NAMES)).fetchall()
+            partitioned = await (await conn.execute(_PARTITIONED)).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return [], {}  # (no schema yet: no topics)
+        except psycopg.Error as exc:
+            log.warning("cannot read the store's topics: %s", exc)
+            return None
+        return [str(name) for (name,) in topics], {str(n): int(p) for n, p in partitioned}
 
     async def close(self) -> None:
         """Close the connection."""

@@ -116,6 +116,8 @@ ENGINE_METHODS = [
     "close",
     "health",
     "storage_metrics",
+    # several servers: a standby's view of the store (its Kafka listener's Metadata)
+    "standby_catalog",
     # topics and their policies
     "create_topic",
     "delete_topic",

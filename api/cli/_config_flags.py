@@ -68,6 +68,9 @@ HELP = {
     " every third of it); a standby takes over once it expired.",
     "advertise_url": "PostgreSQL store: the URL clients are sent to while this server is"
     " the active (stored in the lease; default http://HOST:PORT).",
+    "kafka_advertise": "HOST:PORT Kafka clients are told to connect to (needs --kafka-listen;"
+    " default: its address). PostgreSQL store: stored in the lease, so that standbys send"
+    " Kafka clients to the active.",
     "default_retention": "Retention of topics without their own: an age (7d), a size"
     " (10GiB) or both (7d,10GiB); acknowledged sealed ledgers beyond it are deleted.",
 }

@@ -70,6 +70,9 @@ class _ServedApp:
 
         self.kafka = kafka
         self.kafka_tls = kafka_tls
+        self.kafka_socket: socket.socket | None = None
+        """The Kafka listener's socket, bound before the engine opened (None: bind it at
+        start)."""
         self._kafka: KafkaListener | None = None
         self.data = data
         # what logs and errors name: a store URL without its password
@@ -161,6 +164,7 @@ class _ServedApp:
             host,
             port,
             advertise=advertise,
+            sock=self.kafka_socket,
             # SASL/PLAIN: the user is the principal's name, the password its token
             authenticate=None if auth is None else (lambda _user, token: auth.identify(token)),
             tls=self.kafka_tls,
@@ -267,6 +271,7 @@ def make_server(
     header_timeout: float = 10.0,
     max_inflight_body_bytes: int | None = None,
     kafka: KafkaAddresses | None = None,
+    kafka_socket: socket.socket | None = None,
 ) -> Any:
     """A ``uvicorn.Server`` for ``serve`` (the tests also run one in a thread).
 
@@ -274,7 +279,9 @@ def make_server(
     and ``tls_key`` (PEM files) serve HTTPS. ``log_config`` (see :func:`log_config`)
     replaces uvicorn's own logging setup; without it the process's logging is left as
     it is. ``header_timeout`` is the seconds a request's head may take, and the grace
-    before a body must arrive at its minimum rate (see ``_connections``). Raises
+    before a body must arrive at its minimum rate (see ``_connections``). ``kafka`` (the
+    Kafka listener's bind and advertised addresses) serves Kafka clients too, on
+    ``kafka_socket`` if given (bound already). Raises
     ``ValueError`` for settings :class:`~txnstream.api.EngineConfig` refuses.
     """
     import uvicorn
@@ -298,6 +305,16 @@ def make_server(
     url = f"{scheme}://{shown_host}:{port}"
     if settings.get("advertise_url") is None:  # where standbys send clients
         settings["advertise_url"] = url
+    if kafka is not None:  # where standbys send Kafka clients (the lease row says it)
+        from txnstream.api.kafka import format_address
+
+        bind, shown = kafka
+        if kafka_socket is not None:
+            bind = bind[0], kafka_socket.getsockname()[1]
+        kafka = bind, shown or bind
+        settings["kafka_advertise"] = format_address(*(shown or bind))
+    else:
+        settings["kafka_advertise"] = None  # no listener: nothing to send Kafka clients to
     kafka_tls = None
     if kafka is not None and tls_cert is not None and tls_key is not None:
         kafka_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # the same pair
@@ -306,6 +323,7 @@ def make_server(
         except OSError as exc:  # ssl.SSLError included
             raise ValueError(f"--tls-cert/--tls-key cannot be loaded: {exc}") from None
     served = _ServedApp(data, EngineConfig(**settings), access, url, kafka, kafka_tls)
+    served.kafka_socket = kafka_socket
     if max_inflight_body_bytes is not None:
         served.app_options["max_inflight_body_bytes"] = max_inflight_body_bytes
 
@@ -449,13 +467,6 @@ def serve(
             help="HOST:PORT: also serve Kafka clients there (off when absent).",
         ),
     ] = None,
-    kafka_advertise: Annotated[
-        str | None,
-        typer.Option(
-            "--kafka-advertise",
-            help="HOST:PORT Kafka clients are told to connect to (default: --kafka-listen).",
-        ),
-    ] = None,
     engine_settings: dict[str, Any] | None = None,
 ) -> None:
     """Serve the HTTP API on HOST:PORT over the engine in DATA (until SIGTERM/SIGINT).
@@ -494,6 +505,7 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc), 2)
+    kafka_advertise = (engine_settings or {}).get("kafka_advertise")
     kafka = _kafka_addresses(kafka_listen, kafka_advertise, insecure or auth is not None)
     logs = log_config(level, log_format, access_log)
     files = raise_file_limit()
@@ -501,6 +513,11 @@ def serve(
     if limit_concurrency > files - 64:  # leave room for the database, logs and pipes
         limit_concurrency = max(1, files - 64)
     listener = listen_socket(host, port)
+    kafka_socket = None
+    if kafka is not None:  # bound now too: its port is in the lease before the engine opens
+        (kafka_host, kafka_port), shown = kafka
+        kafka_socket = listen_socket(kafka_host, kafka_port)
+        kafka = (kafka_host, kafka_socket.getsockname()[1]), shown
     try:
         server = make_server(
             location,
@@ -517,9 +534,12 @@ def serve(
             header_timeout=header_timeout,
             max_inflight_body_bytes=max_inflight_body_bytes,
             kafka=kafka,
+            kafka_socket=kafka_socket,
         )
     except ValueError as exc:
         listener.close()
+        if kafka_socket is not None:
+            kafka_socket.close()
         fail(str(exc))
     if data is not None and (problem := unwritable(data)) is not None:  # after every check
         fail(problem)

@@ -8,6 +8,6 @@ response structs (``kafka.protocol``) and aiokafka's compiled record batch codec
 """
 
 from ._broker import APIS
-from ._server import KafkaListener, parse_address
+from ._server import KafkaListener, format_address, parse_address
 
-__all__ = ["APIS", "KafkaListener", "parse_address"]
+__all__ = ["APIS", "KafkaListener", "format_address", "parse_address"]

@@ -8,6 +8,7 @@ import asyncio
 from txnstream.api import (
     Engine,
     EngineError,
+    EngineState,
     TopicOffsets,
     TxnId,
 )
@@ -26,6 +27,16 @@ class BrokerBase:
     producers: Producers
     groups: GroupCoordinator
     _drain: asyncio.Event  # set at shutdown: long polls answer at once
+
+    def _code_of(self, exc: EngineError, *, coordinator: bool = False) -> ErrorCode:
+        """:func:`code_of`, except when this server stepped down meanwhile (it lost the
+        lease: its write was fenced, or it failed in doubt): then the error that sends
+        the client to the new active, NOT_LEADER_OR_FOLLOWER (NOT_COORDINATOR for
+        ``coordinator`` requests). Its retry there is stored once: the new active knows
+        every write that committed, and an idempotent batch's sequence numbers."""
+        if self.engine.state is EngineState.STANDBY:
+            return ErrorCode.NOT_COORDINATOR if coordinator else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return code_of(exc)
 
     def _offsets(self, topic: str) -> TopicOffsets:
         return self.engine.offsets(topic)

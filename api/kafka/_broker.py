@@ -1,7 +1,9 @@
 """The Kafka APIs this listener serves, each over the public engine.
 
-One broker (node 0) leads every partition and coordinates every transactional id and
-group. A txnstream topic is a Kafka topic with one partition (0); its offsets are the
+One broker, this server, leads every partition and coordinates every transactional id
+and group; on a PostgreSQL store served by several servers, the active does, and a
+standby's listener names the active and refuses the rest (``_standby``, where the node
+ids are explained). A txnstream topic is a Kafka topic with one partition (0); its offsets are the
 engine's (:meth:`~txnstream.api.Engine.offsets`).
 
 The :class:`Broker` is assembled from its parts: produce (``_produce``), offsets and
@@ -79,9 +81,11 @@ from txnstream.api import (
     ConflictError,
     Engine,
     EngineError,
+    EngineState,
 )
 from txnstream.api.support import validate_name
 
+from ._address import format_address
 from ._codes import ErrorCode, code_of
 from ._fetch import FetchApi
 from ._group_requests import GroupApi
@@ -89,6 +93,7 @@ from ._groups import GroupCoordinator
 from ._produce import ProduceApi
 from ._producers import Producers
 from ._session import SESSION, Authenticate, Session, may
+from ._standby import REFUSED, Leader, leader_at, node_id_of, refusal
 from ._transactions import TxnApi
 
 log = logging.getLogger("txnstream.kafka")
@@ -96,7 +101,6 @@ log = logging.getLogger("txnstream.kafka")
 MAX_PARTITIONS = 1024
 """The engine's limit on a topic's partitions (``Engine.create_topic``)."""
 
-NODE_ID = 0
 _EXPIRY_CHECK = 60.0  # seconds between looks for idle transactional ids, at most
 CLUSTER_ID = "txnstream"
 
@@ -178,6 +182,9 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         """SASL/PLAIN is required when set; the grants then apply as over HTTP."""
         self.host = host
         self.port = port
+        self.node_id = node_id_of(format_address(host, port))
+        """This server's node id, for its whole life (see ``_standby``)."""
+        self._standing_by = False  # what the last request saw: a new term starts clean
         self._drain = drain  # set at shutdown: long polls answer at once
         self.producers = Producers()
         self.groups = GroupCoordinator()
@@ -225,12 +232,37 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         set once the connection's next request may start: a Produce sets it as soon as
         its records have offsets (so a connection's produce requests share flushes),
         every other request when it is answered."""
+        if self.engine.state is EngineState.STANDBY:
+            await self._stand_by()
+            if api_key in REFUSED:
+                assigned.set()
+                return refusal(api_key, request, version, self._leader() is not None)
+        else:
+            self._standing_by = False
         if api_key == ProduceRequest.API_KEY:
             return await self.produce(request, version, assigned)
         try:
             return await self._handlers[api_key](request, version)
         finally:
             assigned.set()
+
+    async def _stand_by(self) -> None:
+        """This server is (or became) a standby: forget the producers and groups of its
+        term as the active. Their state moved with the lease: a producer that comes back
+        after another term must initialise again (its epoch is not known here), and a
+        group's members join again."""
+        if self._standing_by:
+            return
+        self._standing_by = True
+        self.producers.clear()
+        await self.groups.reset()
+
+    def _leader(self) -> Leader | None:
+        """The broker that leads every partition now: this one, or on a standby the active
+        as the lease row says (None: not known)."""
+        if self.engine.state is EngineState.STANDBY:
+            return leader_at(self.engine.active_kafka)
+        return self.node_id, self.host, self.port
 
     # -- authentication and grants --------------------------------------------------
 
@@ -279,14 +311,11 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
 
     async def metadata(self, request: Any, version: int) -> Any:
         """Topics with their partitions: a partitioned topic's N (partition i is topic
-        ``{topic}-partition-{i}``, listed under the parent only), one for any other."""
+        ``{topic}-partition-{i}``, listed under the parent only), one for any other; the
+        leader of each, and the only broker listed, is the active (``_leader``)."""
         identity = SESSION.get(Session()).identity
-        counts = {name: 1 for name in await self.engine.list_topics()}
-        for name in list(counts):
-            if self.engine.parent_of(name) is not None:
-                del counts[name]  # listed as its parent's partition (asked by name: its own)
-        partitioned = await self.engine.partitioned_topics()
-        counts.update(partitioned)
+        leader = self._leader()
+        counts, plain = await self._catalog()
         names = sorted(n for n in counts if identity is None or identity.sees(n))
         asked = (
             names
@@ -295,18 +324,24 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         )
         known = set(names)
         if request.topics:  # a partition named itself: a one-partition topic
-            known.update(n for n in asked if n not in counts and n in self._visible_topics(n))
+            known.update(
+                n
+                for n in asked
+                if n not in counts and n in plain and (identity is None or identity.sees(n))
+            )
+        node = -1 if leader is None else leader[0]
         topics = []
         for name in asked:
             if name in known:
                 partitions = [
                     MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
-                        error_code=0,
+                        # no active known (a standby, between two actives): retry later
+                        error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader is None else 0,
                         partition_index=index,
-                        leader_id=NODE_ID,
-                        leader_epoch=0,
-                        replica_nodes=[NODE_ID],
-                        isr_nodes=[NODE_ID],
+                        leader_id=node,
+                        leader_epoch=0,  # (constant: see _standby)
+                        replica_nodes=[] if leader is None else [node],
+                        isr_nodes=[] if leader is None else [node],
                         offline_replicas=[],
                     )
                     for index in range(counts.get(name, 1))
@@ -324,26 +359,41 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                     partitions=partitions,
                 )
             )
-        broker = MetadataResponse.MetadataResponseBroker(
-            node_id=NODE_ID, host=self.host, port=self.port, rack=None
-        )
+        brokers = []
+        if leader is not None:
+            node, host, port = leader
+            brokers.append(
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=node, host=host, port=port, rack=None
+                )
+            )
         return MetadataResponse(
             throttle_time_ms=0,
-            brokers=[broker],
+            brokers=brokers,
             cluster_id=CLUSTER_ID,
-            controller_id=NODE_ID,
+            controller_id=node,
             topics=topics,
         )
 
-    def _visible_topics(self, name: str) -> set[str]:
-        """``{name}`` if it is an engine topic the caller sees (a partition asked for by
-        its own name), else empty."""
-        identity = SESSION.get(Session()).identity
-        try:
-            self.engine.offsets(name)
-        except EngineError:
-            return set()
-        return {name} if identity is None or identity.sees(name) else set()
+    async def _catalog(self) -> tuple[dict[str, int], set[str]]:
+        """``({topic: partitions}, every engine topic)``: the topics Metadata lists (the
+        partitions of a partitioned topic under their parent only; asked for by name, a
+        partition is a one-partition topic of its own). A standby reads them from the
+        store (empty when it cannot now: the client asks again)."""
+        if self.engine.state is EngineState.STANDBY:
+            try:
+                names, partitioned = await self.engine.standby_catalog()
+            except EngineError as exc:
+                log.info("Metadata on a standby without the store's topics: %s", exc)
+                return {}, set()
+            parts = {f"{p}-partition-{i}" for p, n in partitioned.items() for i in range(n)}
+        else:
+            names = await self.engine.list_topics()
+            partitioned = await self.engine.partitioned_topics()
+            parts = {n for n in names if self.engine.parent_of(n) is not None}
+        counts = {name: 1 for name in names if name not in parts}
+        counts.update(partitioned)
+        return counts, set(names)
 
     async def create_topics(self, request: Any, version: int) -> Any:
         """Topics: ``num_partitions`` 1 or -1 (the default) a plain topic, N > 1 a
@@ -403,11 +453,18 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
     async def find_coordinator(self, request: Any, version: int) -> Any:
+        """The active coordinates every group and transactional id."""
+        leader = self._leader()
+        if leader is None:
+            return FindCoordinatorResponse(
+                throttle_time_ms=0,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="no active server is known yet",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        node, host, port = leader
         return FindCoordinatorResponse(
-            throttle_time_ms=0,
-            error_code=0,
-            error_message=None,
-            node_id=NODE_ID,
-            host=self.host,
-            port=self.port,
+            throttle_time_ms=0, error_code=0, error_message=None, node_id=node, host=host, port=port
         )

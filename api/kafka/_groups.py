@@ -293,8 +293,15 @@ class GroupCoordinator:
                     if member.deadline < now and member_id not in group.joins:
                         self._remove(group, member_id)
 
-    async def close(self) -> None:
-        """Cancel every rebalance timer and answer every waiting join and sync."""
+    async def reset(self) -> None:
+        """Forget every group (this server stopped coordinating them): waiting joins and
+        syncs answer NOT_COORDINATOR, so their members find the new coordinator."""
+        await self.close(ErrorCode.NOT_COORDINATOR)
+        self._groups.clear()
+
+    async def close(self, error: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> None:
+        """Cancel every rebalance timer and answer every waiting join and sync (with
+        ``error``)."""
         timers = []
         for group in self._groups.values():
             if group.timer is not None:
@@ -302,10 +309,10 @@ class GroupCoordinator:
                 timers.append(group.timer)
             for join in group.joins.values():
                 if not join.done():
-                    join.set_result(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                    join.set_result(JoinResult(error))
             for sync in group.syncs.values():
                 if not sync.done():
-                    sync.set_result((ErrorCode.COORDINATOR_NOT_AVAILABLE, b""))
+                    sync.set_result((error, b""))
         for timer in timers:
             with contextlib.suppress(asyncio.CancelledError):
                 await timer

@@ -17,7 +17,7 @@ from txnstream.api import (
 )
 
 from ._base import BrokerBase
-from ._codes import ErrorCode, code_of
+from ._codes import ErrorCode
 from ._producers import TxnProducer, producer_name
 from ._records import RecordsError, read_batches
 from ._session import may, principal
@@ -55,7 +55,7 @@ class ProduceApi(BrokerBase):
                 try:
                     await future
                 except EngineError as exc:
-                    error, base = code_of(exc), -1
+                    error, base = self._code_of(exc), -1
             target = self._partition(name, index)
             start = -1
             if error is ErrorCode.NONE and target is not None:
@@ -121,7 +121,8 @@ class ProduceApi(BrokerBase):
                 txn = txn_producer.txn.txn_id
             elif transactional_id is not None:
                 return ErrorCode.INVALID_REQUEST, -1, durable  # a transactional id's plain batch
-            error, first, done = await self._store(topic, batch.messages, batch, txn)
+            session = None if txn_producer is None else txn_producer.session
+            error, first, done = await self._store(topic, batch.messages, batch, txn, session)
             if error is not ErrorCode.NONE:
                 return error, -1, durable
             if done is not None:
@@ -131,12 +132,19 @@ class ProduceApi(BrokerBase):
         return ErrorCode.NONE, base, durable
 
     async def _store(
-        self, topic: str, messages: list[OutgoingMessage], batch: Any, txn: TxnId | None
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        batch: Any,
+        txn: TxnId | None,
+        session: str | None = None,
     ) -> tuple[ErrorCode, int, asyncio.Future[None] | None]:
+        """Store one batch (``session``: its transactional producer's InitProducerId,
+        under whose name the sequence numbers are kept)."""
         producer = sequence = None
         try:
             if batch.producer_id >= 0 and batch.base_sequence >= 0:
-                producer = producer_name(batch.producer_id, batch.producer_epoch)
+                producer = producer_name(batch.producer_id, batch.producer_epoch, session)
                 sequence = batch.base_sequence
                 last = self.engine.last_sequence(topic, producer)
                 if last is None and sequence > 0:
@@ -155,7 +163,7 @@ class ProduceApi(BrokerBase):
                 principal=principal(),
             )
         except EngineError as exc:
-            return code_of(exc), -1, None
+            return self._code_of(exc), -1, None
         if not result.positions:  # an older duplicate: stored, its offsets forgotten
             return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
         if txn is not None and done is not None:

@@ -10,8 +10,15 @@ A transactional id keeps one producer id (derived from the id) and a new epoch a
 InitProducerId; its transaction is one engine transaction begun with the same
 ``transactional_id`` at the first AddPartitionsToTxn, so a new epoch's begin fences the
 old holder as the engine's fencing does, and a request that names an older epoch is
-refused. Epochs live in memory: after a restart a zombie's epoch is not the current one
-(or its engine transaction is fenced), so it is refused either way. A transactional id
+refused. Epochs live in memory, so a server that has not seen a transactional id since it
+started (or became the active, after a failover) does not know its last epoch: the id's
+first InitProducerId there starts at a random epoch, so that a zombie initialised before
+(by another active, or before a restart) is refused (its epoch is not the current one,
+but for a 1 in 32767 chance), and requests naming it get INVALID_PRODUCER_EPOCH. The
+sequence numbers of a transactional producer's batches are kept under a name of its own
+session (``kafka-<id>-<epoch>-<session>``, new at every InitProducerId): a producer
+initialised again must never find an earlier session's sequence numbers, which would
+make its first batches look like duplicates of batches already stored. A transactional id
 no request used for ``EngineConfig.transactional_id_expiry`` seconds, with no open
 transaction, is forgotten (Kafka's ``transactional.id.expiration.ms``): its next
 InitProducerId starts it over at epoch 0.
@@ -31,9 +38,11 @@ _ID_BITS = 62
 _MAX_EPOCH = 32767
 
 
-def producer_name(producer_id: int, epoch: int) -> str:
-    """The engine's idempotent producer name of a Kafka producer session."""
-    return f"kafka-{producer_id}-{epoch}"
+def producer_name(producer_id: int, epoch: int, session: str | None = None) -> str:
+    """The engine's idempotent producer name of a Kafka producer (and ``session``, the
+    InitProducerId of a transactional one)."""
+    name = f"kafka-{producer_id}-{epoch}"
+    return name if session is None else f"{name}-{session}"
 
 
 @dataclass(slots=True)
@@ -48,6 +57,8 @@ class TxnProducer:
     """Who it belongs to (with SASL): the engine scopes its transactional id to it."""
     txn: Transaction | None = None
     topics: set[str] = field(default_factory=set)
+    session: str = ""
+    """Made at each InitProducerId: its batches' sequence numbers are this session's."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     used: float = field(default_factory=time.monotonic)
     """When a request last named it (``time.monotonic()``): it expires idle."""
@@ -58,6 +69,7 @@ class Producers:
 
     def __init__(self) -> None:
         self._txn: dict[tuple[str | None, str], TxnProducer] = {}  # by (owner, id)
+        self._expired: set[tuple[str | None, str]] = set()  # forgotten idle, this term
 
     @staticmethod
     def new_id() -> int:
@@ -72,15 +84,20 @@ class Producers:
         return int.from_bytes(digest) >> (64 - _ID_BITS)
 
     def entry(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer:
-        """The transactional id's producer (epoch -1 until its first InitProducerId);
+        """The transactional id's producer (no session until its first InitProducerId);
         each principal has its own transactional ids, as over HTTP."""
         owner = None if principal is None else principal.name
         producer = self._txn.get((owner, transactional_id))
         if producer is None:
-            producer = self._txn[owner, transactional_id] = TxnProducer(
+            key = owner, transactional_id
+            # forgotten idle this term: it starts over at epoch 0, as in Kafka; never seen
+            # this term: at a random epoch (its last one is not known, see above)
+            before = -1 if key in self._expired else secrets.randbelow(_MAX_EPOCH) - 1
+            self._expired.discard(key)
+            producer = self._txn[key] = TxnProducer(
                 transactional_id,
                 self.transactional_producer_id(transactional_id, owner),
-                -1,
+                before,
                 0,
                 principal,
             )
@@ -91,10 +108,22 @@ class Producers:
         """The transactional id's producer, if one initialised it since start."""
         owner = None if principal is None else principal.name
         producer = self._txn.get((owner, transactional_id))
-        if producer is None or producer.epoch < 0:
+        if producer is None or not producer.session:  # (not initialised yet)
             return None
         producer.used = time.monotonic()
         return producer
+
+    def expired(self, transactional_id: str, principal: Principal | None = None) -> bool:
+        """Whether the transactional id was forgotten idle (:meth:`expire`) since this
+        server became the active, rather than never initialised here."""
+        owner = None if principal is None else principal.name
+        return (owner, transactional_id) in self._expired
+
+    def clear(self) -> None:
+        """Forget every transactional id (this server stopped being the active: their
+        engine transactions are the store's, ended or fenced by the next active)."""
+        self._txn.clear()
+        self._expired.clear()
 
     def expire(self, idle: float) -> int:
         """Forget the transactional ids no request named for ``idle`` seconds that have
@@ -107,7 +136,13 @@ class Producers:
         ]
         for key in expired:
             del self._txn[key]
+        self._expired.update(expired)
         return len(expired)
+
+
+def new_session() -> str:
+    """A new InitProducerId session's name (unique in practice: 64 random bits)."""
+    return secrets.token_hex(8)
 
 
 def next_epoch(epoch: int) -> int:

@@ -16,15 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 from typing import Any
 
 from txnstream.api import Engine
 
+from ._address import format_address, parse_address
 from ._broker import API_VERSIONS_KEY, APIS, PRE_AUTH_KEYS, Broker, api_versions_response
 from ._codes import ErrorCode
 from ._session import SESSION, Authenticate, Session
+
+__all__ = ["KafkaListener", "format_address", "parse_address"]
 
 log = logging.getLogger("txnstream.kafka")
 
@@ -32,15 +36,6 @@ _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
 _STOP_GRACE = 10.0  # seconds requests in flight get to finish at stop
 _PIPELINE = 16  # requests of one connection started and not yet answered, at most
-
-
-def parse_address(text: str, what: str = "--kafka-listen") -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) as ``(host, port)``; ValueError otherwise."""
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{what} must be HOST:PORT, not {text!r}")
-    return host, int(port)
 
 
 class _Connection:
@@ -56,10 +51,12 @@ class KafkaListener:
     """Serves the Kafka protocol on ``host:port`` over ``engine``.
 
     ``advertise`` is the ``(host, port)`` Metadata and FindCoordinator return (default:
-    the bound address). With ``authenticate`` (``(user, password)`` -> a principal or
-    None), a connection must authenticate with SASL/PLAIN first and the principal's
-    grants apply; with ``tls`` (a server context) connections are TLS (SASL_SSL, or SSL
-    without ``authenticate``). Start with :meth:`start`, stop with :meth:`stop`.
+    the engine's ``kafka_advertise``, else the bound address). With ``authenticate``
+    (``(user, password)`` -> a principal or None), a connection must authenticate with
+    SASL/PLAIN first and the principal's grants apply; with ``tls`` (a server context)
+    connections are TLS (SASL_SSL, or SSL without ``authenticate``); ``sock``: a socket
+    already bound to ``host:port`` to listen on. Start with :meth:`start`, stop with
+    :meth:`stop`.
     """
 
     def __init__(
@@ -72,8 +69,10 @@ class KafkaListener:
         max_frame_bytes: int | None = None,
         authenticate: Authenticate | None = None,
         tls: ssl.SSLContext | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         self.engine = engine
+        self._sock = sock
         self._authenticate = authenticate
         self._tls = tls
         self.host = host
@@ -89,10 +88,16 @@ class KafkaListener:
 
     async def start(self) -> None:
         """Bind and start accepting (port 0: a free port, then in :attr:`port`)."""
-        server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self._tls)
+        if self._sock is not None:  # bound by the caller already (serve binds it early)
+            server = await asyncio.start_server(self._serve, sock=self._sock, ssl=self._tls)
+        else:
+            server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self._tls)
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
-        host, port = self._advertise or (self.host, self.port)
+        configured = self.engine.config.kafka_advertise  # (what the lease row says)
+        host, port = self._advertise or (
+            parse_address(configured, "kafka_advertise") if configured else (self.host, self.port)
+        )
         self.broker = Broker(self.engine, host, port, self._drain, self._authenticate)
         self._upkeep = asyncio.create_task(self.broker.upkeep(), name="kafka-upkeep")
         log.info(

@@ -18,7 +18,7 @@ from txnstream.api import (
 
 from ._base import BrokerBase, valid_group
 from ._codes import ErrorCode, code_of
-from ._producers import TxnProducer, next_epoch
+from ._producers import TxnProducer, new_session, next_epoch
 from ._session import may, principal
 
 
@@ -44,6 +44,7 @@ class TxnApi(BrokerBase):
             if producer.txn is not None:  # the previous epoch's open transaction
                 await self._end(producer, commit=False)
             producer.epoch = next_epoch(producer.epoch)
+            producer.session = new_session()
             producer.timeout_ms = timeout_ms
             return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)
 
@@ -51,6 +52,13 @@ class TxnApi(BrokerBase):
         self, transactional_id: str, producer_id: int, epoch: int
     ) -> TxnProducer | ErrorCode:
         producer = self.producers.get(transactional_id, principal())
+        if producer is None and not self.producers.expired(transactional_id, principal()):
+            # Never initialised on this server since it became the active: the producer
+            # was initialised with another active (before a failover) or before a
+            # restart, and its epoch is not known here. Fenced (fatal: the client must
+            # initialise again), never "unknown id" (abortable): its last EndTxn may have
+            # committed on the old active, and an abort reported now would be a lie.
+            return ErrorCode.INVALID_PRODUCER_EPOCH
         if producer is None or producer.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer.epoch != epoch:
@@ -152,7 +160,7 @@ class TxnApi(BrokerBase):
         except EngineError as exc:
             if not commit:
                 return ErrorCode.NONE  # it ended anyway (timed out, fenced): aborted
-            return code_of(exc)
+            return self._code_of(exc, coordinator=True)
         return ErrorCode.NONE
 
     async def add_offsets_to_txn(self, request: Any, version: int) -> Any:

@@ -23,9 +23,10 @@ def test_readme_several_servers_block_runs_as_printed(pg_url: str) -> None:
     found = re.search(r"```sh\n(.*?)```", readme[start:], re.S)
     assert found is not None
     block = found.group(1)
-    first, second = map(str, free_ports(2))
+    first, second, kafka_first, kafka_second = map(str, free_ports(4))
     block = re.sub(r"^STORE=.*$", f"STORE='{pg_url}'", block, count=1, flags=re.M)
     block = block.replace("8080", first).replace("8081", second)
+    block = block.replace("9092", kafka_first).replace("9093", kafka_second)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     with subprocess.Popen(
         ["bash", "-c", "set -euo pipefail\n" + block],
@@ -45,4 +46,6 @@ def test_readme_several_servers_block_runs_as_printed(pg_url: str) -> None:
     assert shell.returncode == 0, (out, err)
     assert f'{{"status":"standby","active":"http://127.0.0.1:{first}"}}' in out
     assert '"value":"kept"' in out  # acknowledged on the first, read on the second
+    assert "unsent: 0" in out  # a Kafka client given both addresses produced to the second
+    assert '"value_b64":"b3ZlciBLYWZrYQ=="' in out  # "over Kafka", read over HTTP
     assert "Traceback" not in err

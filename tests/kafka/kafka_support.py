@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from txnstream.api import Engine, EngineConfig
 from txnstream.api.kafka import KafkaListener
@@ -111,4 +113,37 @@ def fetch_request(topic: str, offset: int, *, committed: bool, max_wait_ms: int)
         ],
         forgotten_topics_data=[],
         rack_id="",
+    )
+
+
+def record_batch(producer_id: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
+    """A record batch v2 of ``values`` (producer id -1: not idempotent)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        batch_size=1 << 20,
+    )
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def produce_request(topic: str, records: bytes) -> ProduceRequest:
+    """A Produce (acks=all) of ``records`` to partition 0 of ``topic``."""
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+                ],
+            )
+        ],
     )

@@ -10,42 +10,13 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka_support import Kafka, KafkaWire
+from kafka_support import Kafka, KafkaWire, produce_request, record_batch
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def _batch(producer_id: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-        batch_size=1 << 20,
-    )
-    for i, value in enumerate(values):
-        builder.append(i, timestamp=None, key=None, value=value, headers=[])
-    return bytes(builder.build())
-
-
 async def _produce(wire: KafkaWire, topic: str, records: bytes) -> tuple[int, int]:
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic,
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
-                ],
-            )
-        ],
-    )
-    answer = await wire.call(request, ProduceResponse, 8)
+    answer = await wire.call(produce_request(topic, records), ProduceResponse, 8)
     [part] = answer.responses[0].partition_responses
     return part.error_code, part.base_offset
 
@@ -62,19 +33,19 @@ async def test_a_retried_batch_gets_its_offsets_and_a_gap_is_refused(kafka: Kafk
     pid, epoch = init.producer_id, init.producer_epoch
     await kafka.engine.send("t", "from elsewhere")  # offset 0
 
-    first = _batch(pid, epoch, 0, [b"a", b"b", b"c"])
+    first = record_batch(pid, epoch, 0, [b"a", b"b", b"c"])
     assert await _produce(wire, "t", first) == (0, 1)
     assert await _produce(wire, "t", first) == (0, 1)  # the retry: same offsets
     assert kafka.engine.offsets("t").high_watermark == 4  # stored once
 
-    assert await _produce(wire, "t", _batch(pid, epoch, 3, [b"d"])) == (0, 4)
-    assert await _produce(wire, "t", _batch(pid, epoch, 9, [b"z"])) == (45, -1)  # a gap
-    assert await _produce(wire, "t", _batch(pid, epoch, 0, [b"a", b"b", b"c"])) == (46, -1)
+    assert await _produce(wire, "t", record_batch(pid, epoch, 3, [b"d"])) == (0, 4)
+    assert await _produce(wire, "t", record_batch(pid, epoch, 9, [b"z"])) == (45, -1)  # a gap
+    assert await _produce(wire, "t", record_batch(pid, epoch, 0, [b"a", b"b", b"c"])) == (46, -1)
     assert kafka.engine.offsets("t").high_watermark == 5
     result = await kafka.engine.fetch("t", "earliest", isolation="read_uncommitted")
     assert [e.value for e in result.entries] == ["from elsewhere", b"a", b"b", b"c", b"d"]
     # a producer the engine holds no state of must start at sequence 0
-    assert await _produce(wire, "t", _batch(pid + 1, 0, 5, [b"y"])) == (
+    assert await _produce(wire, "t", record_batch(pid + 1, 0, 5, [b"y"])) == (
         59,
         -1,
     )  # UNKNOWN_PRODUCER_ID
@@ -84,10 +55,10 @@ async def test_a_retried_batch_gets_its_offsets_and_a_gap_is_refused(kafka: Kafk
 async def test_corrupt_records_are_refused_and_nothing_is_stored(kafka: Kafka) -> None:
     await kafka.engine.create_topic("t")
     wire = await KafkaWire.open(kafka.listener.port)
-    good = bytearray(_batch(-1, -1, -1, [b"a"]))
+    good = bytearray(record_batch(-1, -1, -1, [b"a"]))
     good[-1] ^= 0xFF  # the CRC no longer matches
     assert await _produce(wire, "t", bytes(good)) == (2, -1)  # CORRUPT_MESSAGE
-    assert await _produce(wire, "missing", _batch(-1, -1, -1, [b"a"])) == (3, -1)
+    assert await _produce(wire, "missing", record_batch(-1, -1, -1, [b"a"])) == (3, -1)
     assert kafka.engine.offsets("t").high_watermark == 0
     await wire.close()
 
@@ -117,7 +88,7 @@ async def test_pipelined_produce_requests_keep_their_order_and_share_flushes(
                     name="t",
                     partition_data=[
                         ProduceRequest.TopicProduceData.PartitionProduceData(
-                            index=0, records=_batch(pid, epoch, 2 * i, [b"x", b"y"])
+                            index=0, records=record_batch(pid, epoch, 2 * i, [b"x", b"y"])
                         )
                     ],
                 )

@@ -60,12 +60,15 @@ async def test_metadata_names_one_partition_led_by_the_advertised_broker(kafka: 
         ]
     )
     answer = await wire.call(request, MetadataResponse, 8)
+    assert kafka.listener.broker is not None
+    node = kafka.listener.broker.node_id  # this server's, from its advertised address
     assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [
-        (0, "127.0.0.1", kafka.listener.port)
+        (node, "127.0.0.1", kafka.listener.port)
     ]
+    assert answer.controller_id == node
     topics = {t.name: t for t in answer.topics}
     assert topics["orders"].error_code == 0
-    assert [(p.partition_index, p.leader_id) for p in topics["orders"].partitions] == [(0, 0)]
+    assert [(p.partition_index, p.leader_id) for p in topics["orders"].partitions] == [(0, node)]
     assert topics["nope"].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
     everything = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
     assert [t.name for t in everything.topics] == ["orders"]

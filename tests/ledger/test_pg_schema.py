@@ -117,3 +117,53 @@ async def test_a_database_of_a_newer_txnstream_is_refused_untouched(pg_url: str)
             await migrate(conn)
         cur = await conn.execute("SELECT version FROM schema_version")
         assert await cur.fetchall() == [(SCHEMA_VERSION + 1,)]
+
+
+async def test_a_version_1_database_upgrades_in_place_and_its_lease_names_kafka(
+    pg_url: str,
+) -> None:
+    """A store a version-1 txnstream made (its lease row held, without the Kafka
+    column): opening migrates it to the current version, keeping the rows, and the next
+    holder's lease names its Kafka address."""
+    from txnstream.ledger._pg_lease import read_lease
+    from txnstream.ledger._pg_schema import _STEPS, _VERSION_DDL
+
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        async with conn.transaction():  # exactly what a version-1 server made
+            await conn.execute(_VERSION_DDL)
+            await conn.execute(_STEPS[1])
+            await conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+        assert not (await pg_columns(conn))["leases"] >= {"kafka"}
+        await conn.execute(  # a version-1 server's held lease, expiring soon
+            "INSERT INTO leases (scope, epoch, holder, url, acquired_at, expires_at) VALUES"
+            " (%s, 1, 'old', 'http://old:8080', now(), clock_timestamp() + interval '0.2 s')",
+            (STORE_SCOPE,),
+        )
+        await conn.execute("INSERT INTO meta VALUES ('next_topic_id', 5)")
+        assert await migrate(conn) == 1
+        assert "kafka" in (await pg_columns(conn))["leases"]
+        cur = await conn.execute("SELECT version FROM schema_version")
+        assert await cur.fetchall() == [(SCHEMA_VERSION,)]
+        state = await read_lease(conn)
+        assert state is not None
+        assert (state.url, state.kafka, state.epoch) == (
+            "http://old:8080",
+            None,
+            1,
+        )
+        cur = await conn.execute("SELECT value FROM meta WHERE key = 'next_topic_id'")
+        assert await cur.fetchall() == [("5",)]
+        new = Lease("new", "http://new:8080", ttl=30, kafka="new:9092")
+        await asyncio.sleep(0.3)  # the old holder's lease expires
+        assert await new.try_acquire(conn)
+        state = await read_lease(conn)
+        assert state is not None
+        assert (state.active_url, state.active_kafka, state.epoch) == (
+            "http://new:8080",
+            "new:9092",
+            2,
+        )
+        await new.release(conn)
+        state = await read_lease(conn)
+        assert state is not None
+        assert (state.active_kafka, state.kafka) == (None, None)

@@ -1,0 +1,336 @@
+"""Several servers on one PostgreSQL store: who leads, and what a standby answers.
+
+One server is the active (it holds the store's lease); the others are standbys, whose
+engines serve nothing. A Kafka client given several bootstrap addresses may reach any of
+them, and must end up at the active, as Kafka clients do when a partition's leader moves
+to another broker: the standby's listener is up and answers as a Kafka broker that leads
+nothing would.
+
+- ApiVersions and SASL as always.
+- Metadata lists one broker, the active (its advertised Kafka address, from the lease
+  row), as the leader of every partition and the controller; FindCoordinator names it
+  as the coordinator of every group and transactional id. The topics are the store's
+  (read from it: the standby's engine holds none).
+- Every other request gets the retriable error each client takes as "refresh metadata
+  and go to the leader": NOT_LEADER_OR_FOLLOWER for partition requests (Produce, Fetch,
+  ListOffsets), NOT_COORDINATOR for coordinator requests (transactions, groups, offsets),
+  NOT_CONTROLLER for CreateTopics and DeleteTopics. While no active is known (it died
+  and its lease has not expired, or nobody took it yet), LEADER_NOT_AVAILABLE and
+  COORDINATOR_NOT_AVAILABLE: the same retries, after a backoff.
+
+**Node ids.** Each server's node id is a hash of its advertised Kafka address, so it is
+the same for the server's whole life (and across its restarts at that address), and two
+servers at different addresses have different ids (a 31-bit hash: a collision between a
+few servers is improbable, and harmless for librdkafka, which then moves the id's
+connection to the new address). When the lease moves, the partitions' leader id changes
+to the new active's, exactly what a Kafka client sees when leadership moves between
+brokers: it connects to the new leader and leaves the dead one. (One node id shared by
+every server would make a client keep its connection to the id and only re-resolve the
+address, which librdkafka does on a nodename change but some clients do not.) The
+partitions' leader epoch stays 0: this listener does not serve OffsetForLeaderEpoch, and
+a rising epoch would make consumers validate their positions with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+from ._address import parse_address
+from ._codes import ErrorCode
+
+Leader = tuple[int, str, int]
+"""The active's node id, host and port."""
+
+
+def node_id_of(address: str) -> int:
+    """The node id of the server that advertises ``address`` (``HOST:PORT``): stable for
+    that address, in 0..2**31-1 (see the module docstring)."""
+    digest = hashlib.blake2b(address.encode(), digest_size=4).digest()
+    return int.from_bytes(digest) & 0x7FFF_FFFF
+
+
+def leader_at(address: str | None) -> Leader | None:
+    """The active as the lease row names it (None: not known, or no Kafka listener)."""
+    if address is None:
+        return None
+    try:
+        host, port = parse_address(address, "the active's Kafka address")
+    except ValueError:
+        return None  # (written by a server: cannot happen, but never a traceback)
+    return node_id_of(address), host, port
+
+
+def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
+    """A standby's answer to a request only the active serves (``known``: whether an
+    active is known; None for a Produce with acks=0, which gets no answer)."""
+    partition = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.LEADER_NOT_AVAILABLE
+    coordinator = ErrorCode.NOT_COORDINATOR if known else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if api_key == ProduceRequest.API_KEY:
+        return None if request.acks == 0 else _produce(request, partition)
+    if api_key == FetchRequest.API_KEY:
+        return _fetch(request, partition)
+    if api_key == ListOffsetsRequest.API_KEY:
+        return _list_offsets(request, partition)
+    if api_key == InitProducerIdRequest.API_KEY:
+        return InitProducerIdResponse(
+            throttle_time_ms=0, error_code=coordinator, producer_id=-1, producer_epoch=-1
+        )
+    if api_key == AddPartitionsToTxnRequest.API_KEY:
+        return _add_partitions(request, coordinator)
+    if api_key == EndTxnRequest.API_KEY:
+        return EndTxnResponse(throttle_time_ms=0, error_code=coordinator)
+    if api_key == AddOffsetsToTxnRequest.API_KEY:
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=coordinator)
+    if api_key == TxnOffsetCommitRequest.API_KEY:
+        txn_topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+        txn_partition = txn_topic.TxnOffsetCommitResponsePartition
+        return _offset_commit(
+            TxnOffsetCommitResponse, txn_topic, txn_partition, request, coordinator
+        )
+    if api_key == JoinGroupRequest.API_KEY:
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=coordinator,
+            generation_id=-1,
+            protocol_name="",
+            leader="",
+            member_id=request.member_id or "",
+            members=[],
+        )
+    if api_key == SyncGroupRequest.API_KEY:
+        return SyncGroupResponse(throttle_time_ms=0, error_code=coordinator, assignment=b"")
+    if api_key == HeartbeatRequest.API_KEY:
+        return HeartbeatResponse(throttle_time_ms=0, error_code=coordinator)
+    if api_key == LeaveGroupRequest.API_KEY:
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=coordinator, members=[])
+    if api_key == OffsetCommitRequest.API_KEY:
+        topic = OffsetCommitResponse.OffsetCommitResponseTopic
+        partition_type = topic.OffsetCommitResponsePartition
+        return _offset_commit(OffsetCommitResponse, topic, partition_type, request, coordinator)
+    if api_key == OffsetFetchRequest.API_KEY:
+        return _offset_fetch(request, coordinator)
+    if api_key == CreateTopicsRequest.API_KEY:
+        result = CreateTopicsResponse.CreatableTopicResult
+        return CreateTopicsResponse(
+            throttle_time_ms=0,
+            topics=[
+                result(name=t.name, error_code=ErrorCode.NOT_CONTROLLER, error_message=_NOT_ACTIVE)
+                for t in request.topics
+            ],
+        )
+    if api_key == DeleteTopicsRequest.API_KEY:
+        deleted = DeleteTopicsResponse.DeletableTopicResult
+        return DeleteTopicsResponse(
+            throttle_time_ms=0,
+            responses=[
+                deleted(name=name, error_code=ErrorCode.NOT_CONTROLLER)
+                for name in request.topic_names
+            ],
+        )
+    raise KeyError(api_key)  # (every key the broker routes here is above)
+
+
+REFUSED = frozenset(
+    {
+        ProduceRequest.API_KEY,
+        FetchRequest.API_KEY,
+        ListOffsetsRequest.API_KEY,
+        InitProducerIdRequest.API_KEY,
+        AddPartitionsToTxnRequest.API_KEY,
+        EndTxnRequest.API_KEY,
+        AddOffsetsToTxnRequest.API_KEY,
+        TxnOffsetCommitRequest.API_KEY,
+        JoinGroupRequest.API_KEY,
+        SyncGroupRequest.API_KEY,
+        HeartbeatRequest.API_KEY,
+        LeaveGroupRequest.API_KEY,
+        OffsetCommitRequest.API_KEY,
+        OffsetFetchRequest.API_KEY,
+        CreateTopicsRequest.API_KEY,
+        DeleteTopicsRequest.API_KEY,
+    }
+)
+"""The requests only the active serves (a standby answers them with :func:`refusal`)."""
+
+_NOT_ACTIVE = "this server is a standby: the active serves this (see Metadata)"
+
+
+def _produce(request: Any, error: ErrorCode) -> Any:
+    topic_type = ProduceResponse.TopicProduceResponse
+    partition_type = topic_type.PartitionProduceResponse
+    return ProduceResponse(
+        responses=[
+            topic_type(
+                name=topic.name,
+                partition_responses=[
+                    partition_type(
+                        index=data.index,
+                        error_code=error,
+                        base_offset=-1,
+                        log_append_time_ms=-1,
+                        log_start_offset=-1,
+                        record_errors=[],
+                        error_message=_NOT_ACTIVE,
+                    )
+                    for data in topic.partition_data
+                ],
+            )
+            for topic in request.topic_data
+        ],
+        throttle_time_ms=0,
+    )
+
+
+def _fetch(request: Any, error: ErrorCode) -> Any:
+    topic_type = FetchResponse.FetchableTopicResponse
+    return FetchResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            topic_type(
+                topic=topic.topic,
+                partitions=[
+                    topic_type.PartitionData(
+                        partition_index=part.partition,
+                        error_code=error,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=b"",
+                    )
+                    for part in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ],
+    )
+
+
+def _list_offsets(request: Any, error: ErrorCode) -> Any:
+    topic_type = ListOffsetsResponse.ListOffsetsTopicResponse
+    return ListOffsetsResponse(
+        throttle_time_ms=0,
+        topics=[
+            topic_type(
+                name=topic.name,
+                partitions=[
+                    topic_type.ListOffsetsPartitionResponse(
+                        partition_index=part.partition_index,
+                        error_code=error,
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                    for part in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ],
+    )
+
+
+def _add_partitions(request: Any, error: ErrorCode) -> Any:
+    result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    partition = result.AddPartitionsToTxnPartitionResult
+    return AddPartitionsToTxnResponse(
+        throttle_time_ms=0,
+        results_by_topic_v3_and_below=[
+            result(
+                name=topic.name,
+                results_by_partition=[
+                    partition(partition_index=index, partition_error_code=error)
+                    for index in topic.partitions
+                ],
+            )
+            for topic in request.v3_and_below_topics
+        ],
+    )
+
+
+def _offset_commit(
+    response: Any, topic_type: Any, partition: Any, request: Any, error: ErrorCode
+) -> Any:
+    """An OffsetCommit or TxnOffsetCommit answer (``response``, its topic and partition
+    types) with ``error`` for every partition: the two have the same shape."""
+    return response(
+        throttle_time_ms=0,
+        topics=[
+            topic_type(
+                name=topic.name,
+                partitions=[
+                    partition(partition_index=p.partition_index, error_code=error)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ],
+    )
+
+
+def _offset_fetch(request: Any, error: ErrorCode) -> Any:
+    # v2 and later carry the group's error at the top; v1 only per partition
+    topic_type = OffsetFetchResponse.OffsetFetchResponseTopic
+    partition = topic_type.OffsetFetchResponsePartition
+    return OffsetFetchResponse(
+        throttle_time_ms=0,
+        error_code=error,
+        topics=[
+            topic_type(
+                name=topic.name,
+                partitions=[
+                    partition(
+                        partition_index=index,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=error,
+                    )
+                    for index in topic.partition_indexes
+                ],
+            )
+            for topic in request.topics or ()
+        ],
+    )

@@ -1,0 +1,388 @@
+"""Kafka clients and several servers on one PostgreSQL store (issues 28 and 29): two real
+``serve --store URL --kafka-listen`` processes, a real PostgreSQL cluster, confluent-kafka
+clients; the active killed with ``kill -9`` by pid.
+
+A standby's listener names the active (Metadata, FindCoordinator) and refuses the rest
+with the errors that send clients there; a client bootstrapped with both addresses keeps
+producing across a failover (idempotent: nothing twice; transactional: initialised again
+as a fenced producer must), and a read_committed consumer reads every acknowledged
+message exactly once, in order, and nothing aborted."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceResponse,
+)
+from kafka_clients import consume
+from kafka_support import KafkaWire, produce_request, record_batch
+from support import free_ports, wait_for
+
+from txnstream.api.kafka._standby import node_id_of
+
+pytestmark = pytest.mark.timeout(180)
+
+REPO = Path(__file__).resolve().parents[2]
+LEASE = 1.0
+"""The servers' --lease-timeout (s): short, so the test is."""
+TAKEOVER = LEASE + 8.0
+"""Seconds a takeover may take on a loaded 2-core machine."""
+
+
+class KafkaServer:
+    """``serve --store URL --kafka-listen`` on free loopback ports, stopped by pid."""
+
+    def __init__(self, store: str, log: Path) -> None:
+        self.port, self.kafka_port = free_ports(2)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.kafka = f"127.0.0.1:{self.kafka_port}"
+        command = [sys.executable, "-m", "txnstream", "serve", "--store", store]
+        command += ["--port", str(self.port), "--kafka-listen", self.kafka]
+        command += ["--lease-timeout", str(LEASE)]
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def node_id(self) -> int:
+        return node_id_of(self.kafka)
+
+    def status(self) -> str | None:
+        try:
+            answer = httpx.get(f"{self.url}/v1/health", timeout=2.0, trust_env=False)
+        except httpx.TransportError:
+            return None
+        return str(answer.json()["status"])
+
+    def wait_status(self, status: str, timeout: float) -> None:
+        def reached() -> bool:
+            assert self.proc.poll() is None, f"server exited:\n{self.log.read_text()}"
+            return self.status() == status
+
+        wait_for(reached, timeout, f"{self.url} to be {status}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def pair(pg_url: str, tmp_path: Path) -> Iterator[tuple[KafkaServer, KafkaServer]]:
+    """An active (first) and a standby (second), both with a Kafka listener."""
+    servers: list[KafkaServer] = []
+    try:
+        a = KafkaServer(pg_url, tmp_path / "a.log")
+        servers.append(a)
+        a.wait_status("ok", 30)
+        b = KafkaServer(pg_url, tmp_path / "b.log")
+        servers.append(b)
+        b.wait_status("standby", 30)
+        yield a, b
+    finally:
+        for server in servers:
+            server.stop()
+        for server in servers:
+            assert "Traceback" not in server.log.read_text(), server.log.read_text()
+
+
+def _create(server: KafkaServer, *topics: str) -> None:
+    for topic in topics:
+        answer = httpx.put(f"{server.url}/v1/topics/{topic}", timeout=10, trust_env=False)
+        assert answer.status_code in (200, 201), answer.text
+
+
+async def test_a_standby_names_the_active_and_a_client_of_the_standby_alone_produces_there(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    from confluent_kafka import Producer
+
+    a, b = pair
+    _create(a, "orders")
+    wire = await KafkaWire.open(b.kafka_port)
+    try:
+        meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
+        assert [(x.node_id, x.host, x.port) for x in meta.brokers] == [
+            (a.node_id, "127.0.0.1", a.kafka_port)
+        ]
+        assert meta.controller_id == a.node_id != b.node_id
+        assert [(t.name, [p.leader_id for p in t.partitions]) for t in meta.topics] == [
+            ("orders", [a.node_id])
+        ]
+        for key_type in (0, 1):  # a group's coordinator, a transactional id's
+            found = await wire.call(
+                FindCoordinatorRequest(key="k", key_type=key_type), FindCoordinatorResponse, 1
+            )
+            assert (found.error_code, found.node_id, found.port) == (0, a.node_id, a.kafka_port)
+        init = await wire.call(
+            InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=10_000),
+            InitProducerIdResponse,
+            1,
+        )
+        assert init.error_code == 16  # NOT_COORDINATOR: go to the one FindCoordinator names
+        produced = await wire.call(
+            produce_request("orders", record_batch(-1, -1, -1, [b"to-the-standby"])),
+            ProduceResponse,
+            8,
+        )
+        [part] = produced.responses[0].partition_responses
+        assert part.error_code == 6  # NOT_LEADER_OR_FOLLOWER: refresh metadata, go there
+    finally:
+        await wire.close()
+    # a client that knows only the standby is sent to the active, and its produce lands
+    producer = Producer({"bootstrap.servers": b.kafka, "enable.idempotence": True, "acks": "all"})
+    for i in range(5):
+        producer.produce("orders", value=f"m{i}".encode())
+    assert producer.flush(30) == 0
+    async with httpx.AsyncClient(trust_env=False) as http:
+        stats = (await http.get(f"{a.url}/v1/topics/orders/stats", timeout=10)).json()
+    assert stats["entries"] == 5
+    values = await consume("confluent-kafka", a.kafka, "orders", "read_committed", b"m4")
+    assert values == [f"m{i}".encode() for i in range(5)]
+
+
+class _Idempotent(threading.Thread):
+    """An idempotent producer (acks=all) of ``i0, i1, ...`` until stopped, then ``end``;
+    records what was acknowledged and what failed."""
+
+    def __init__(self, bootstrap: str, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.stop = bootstrap, stop
+        self.acked: list[bytes] = []
+        self.failed: list[bytes] = []
+        self.error: BaseException | None = None
+
+    def _delivered(self, err: Any, message: Any) -> None:
+        (self.failed if err is not None else self.acked).append(message.value())
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        try:
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "message.timeout.ms": 60_000,
+                    "reconnect.backoff.max.ms": 500,
+                }
+            )
+            n = 0
+            while not self.stop.is_set():
+                producer.produce("plain", value=f"i{n}".encode(), on_delivery=self._delivered)
+                n += 1
+                producer.poll(0.005)
+            producer.produce("plain", value=b"end", on_delivery=self._delivered)
+            assert producer.flush(60) == 0, "messages left unsent"
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+class _Transactional(threading.Thread):
+    """A transactional producer committing transactions of 3 (``t<k>.<i>``) until
+    stopped, then a last one (``end``), handling errors as a Kafka application must:
+    retriable: retry; abortable: abort (the transaction is then aborted); fatal (fenced):
+    a new producer, initialised again (the transaction then is in doubt: committed or
+    not, all or nothing)."""
+
+    def __init__(self, bootstrap: str, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.stop = bootstrap, stop
+        self.committed: list[int] = []
+        self.aborted: list[int] = []
+        self.in_doubt: list[int] = []
+        self.restarts = 0
+        self.error: BaseException | None = None
+
+    def _producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": "failover-txn",
+                "linger.ms": 5,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        producer.init_transactions(60)
+        return producer
+
+    def _one(self, producer: Any, k: int, values: list[bytes]) -> str:
+        """Run transaction ``k``: "committed", "aborted" or "fenced"."""
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.begin_transaction()
+            for value in values:
+                producer.produce("txns", value=value)
+            assert producer.flush(60) == 0
+            while True:
+                try:
+                    producer.commit_transaction(60)
+                    return "committed"
+                except KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                return "fenced"
+            if error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(60)
+                except KafkaException as again:
+                    if again.args[0].fatal():
+                        return "fenced"
+                    raise
+                return "aborted"
+            raise
+
+    def run(self) -> None:
+        try:
+            producer = self._producer()
+            k = 0
+            last = False
+            while not last:
+                last = self.stop.is_set()
+                values = [b"end"] if last else [f"t{k}.{i}".encode() for i in range(3)]
+                outcome = self._one(producer, k, values)
+                if outcome == "committed":
+                    self.committed.append(k)
+                elif outcome == "aborted":
+                    self.aborted.append(k)
+                else:  # fenced: initialise a new producer, as the client must
+                    self.in_doubt.append(k)
+                    self.restarts += 1
+                    producer = self._producer()
+                    last = False  # (the last one again, until it commits)
+                if last and outcome != "committed":
+                    last = False
+                k += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    wait_for(condition, timeout, what, interval=0.05)
+
+
+async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or_doubled(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    a, b = pair
+    _create(a, "plain", "txns")
+    bootstrap = f"{a.kafka},{b.kafka}"
+    stop = threading.Event()
+    plain, txns = _Idempotent(bootstrap, stop), _Transactional(bootstrap, stop)
+    plain.start()
+    txns.start()
+    try:
+        _wait(lambda: len(plain.acked) >= 200 and len(txns.committed) >= 5, 60, "a load")
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(timeout=10)
+        acked, committed = len(plain.acked), len(txns.committed)
+        b.wait_status("ok", TAKEOVER)
+        # both go on past the failover
+        _wait(
+            lambda: len(plain.acked) >= acked + 200 and len(txns.committed) >= committed + 5,
+            90,
+            "the producers to go on at the new active",
+        )
+    finally:
+        stop.set()
+        plain.join(90)
+        txns.join(90)
+    assert not plain.is_alive()
+    assert not txns.is_alive()
+    assert plain.error is None, plain.error
+    assert txns.error is None, txns.error
+    assert plain.failed == []  # every message acknowledged (retried across the failover)
+
+    # read_committed, from the new active only
+    log = await consume("confluent-kafka", b.kafka, "plain", "read_committed", b"end")
+    assert log == plain.acked  # each once, in the order produced (i0, i1, ...)
+    assert log == [*sorted(log[:-1], key=lambda v: int(v[1:])), b"end"]
+
+    assert txns.restarts >= 1 or txns.aborted  # the failover reached the transactional one
+    log = await consume("confluent-kafka", b.kafka, "txns", "read_committed", b"end")
+    assert len(log) == len(set(log)), "a message twice"
+    seen = [int(v.split(b".")[0][1:]) for v in log if v != b"end"]
+    assert seen == sorted(seen)  # transactions in order, each one's messages together
+    for k in txns.committed:
+        if k != txns.committed[-1]:  # (the last one is "end")
+            assert seen.count(k) == 3, f"committed transaction {k} not read exactly once"
+    assert not set(seen) & set(txns.aborted), "an aborted transaction was read"
+    assert set(seen) <= set(txns.committed) | set(txns.in_doubt)
+    for k in txns.in_doubt:
+        assert seen.count(k) in (0, 3)  # all or nothing
+
+
+async def test_a_paused_active_stops_leading_and_stores_nothing_after_the_takeover(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    """SIGSTOP the active for twice the lease timeout with a produce sent to it: the
+    standby takes over; when the old active wakes, the produce is refused (never
+    stored), and its listener names the new active."""
+    a, b = pair
+    _create(a, "late")
+    wire = await KafkaWire.open(a.kafka_port)
+    try:
+        a.proc.send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        request = produce_request("late", record_batch(-1, -1, -1, [b"from-the-old-active"]))
+        request.API_VERSION = 8
+        request.with_header(correlation_id=7, client_id="paused-test")
+        await wire.send_raw(bytes(request.encode(header=True, framed=True)))
+        b.wait_status("ok", TAKEOVER)
+        await asyncio.sleep(max(0.0, paused + 2 * LEASE - time.monotonic()))  # (2 s at most)
+        a.proc.send_signal(signal.SIGCONT)
+        frame = await wire.read_frame(timeout=30)
+        answer = ProduceResponse.decode(frame[4:], version=8)
+        [part] = answer.responses[0].partition_responses
+        # never acknowledged: fenced mid-write (NOT_LEADER_OR_FOLLOWER), or read only once
+        # it stepped down, before it saw the new active (LEADER_NOT_AVAILABLE): the client
+        # retries at the active either way
+        assert part.error_code in (5, 6)
+        a.wait_status("standby", 30)
+        meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
+        assert [(x.node_id, x.port) for x in meta.brokers] == [(b.node_id, b.kafka_port)]
+        assert [p.leader_id for t in meta.topics for p in t.partitions] == [b.node_id]
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        await wire.close()
+    async with httpx.AsyncClient(trust_env=False) as http:
+        stats = (await http.get(f"{b.url}/v1/topics/late/stats", timeout=10)).json()
+    assert stats["entries"] == 0
