@@ -110,9 +110,14 @@ class ProduceApi(BrokerBase):
         for batch in batches:
             txn = None
             if batch.transactional:
+                if txn_producer is None:
+                    # The transactional id is not known here (the server restarted, or it
+                    # expired): as a Kafka partition leader without the producer's state,
+                    # UNKNOWN_PRODUCER_ID. Clients take it as abortable (KIP-360): abort,
+                    # get an epoch, go on; nothing of the transaction was stored.
+                    return ErrorCode.UNKNOWN_PRODUCER_ID, -1, durable
                 if (
-                    txn_producer is None
-                    or txn_producer.producer_id != batch.producer_id
+                    txn_producer.producer_id != batch.producer_id
                     or txn_producer.epoch != batch.producer_epoch
                 ):
                     return ErrorCode.INVALID_PRODUCER_EPOCH, -1, durable

@@ -91,3 +91,52 @@ async def test_an_idle_transactional_id_is_forgotten_and_starts_over_at_epoch_0(
         assert zombie.error_code == 49  # INVALID_PRODUCER_ID_MAPPING: unknown now
         assert await _init(wire, "billing") == (0, pid, 0)  # started over
         await wire.close()
+
+
+async def _bump(wire: KafkaWire, transactional_id: str, pid: int, epoch: int) -> tuple[int, int]:
+    """InitProducerId v3 (KIP-360): a producer asking to bump its own epoch."""
+    answer = await wire.call(
+        InitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=10_000,
+            producer_id=pid,
+            producer_epoch=epoch,
+        ),
+        InitProducerIdResponse,
+        3,
+    )
+    return answer.error_code, answer.producer_epoch
+
+
+async def test_init_producer_id_v3_bumps_the_current_epoch_and_refuses_an_older_one(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as kafka:
+        wire = await KafkaWire.open(kafka.listener.port)
+        _, pid, _ = await _init(wire, "billing")
+        assert await _init(wire, "billing") == (0, pid, 1)
+        assert await _bump(wire, "billing", pid, 1) == (0, 2)  # its own epoch: bumped
+        assert (await _bump(wire, "billing", pid, 1))[0] == 47  # INVALID_PRODUCER_EPOCH: older
+        assert (await _bump(wire, "billing", pid + 1, 2))[0] == 49  # not its producer id
+        assert await _bump(wire, "billing", -1, -1) == (0, 3)  # a fresh start, as before v3
+        await wire.close()
+
+
+async def test_a_bump_of_a_forgotten_transactional_id_goes_past_the_clients_epoch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart or expiry the client's epoch is not known here: its bump must still
+    give it a newer one (librdkafka requires it)."""
+    caplog.set_level(logging.INFO, logger="txnstream.kafka")
+    async with serving(tmp_path / "data", EngineConfig(transactional_id_expiry=0.5)) as kafka:
+        wire = await KafkaWire.open(kafka.listener.port)
+        _, pid, _ = await _init(wire, "billing")
+        for epoch in (1, 2, 3):
+            assert await _init(wire, "billing") == (0, pid, epoch)
+
+        async def forgotten() -> bool:
+            return "forgot 1 transactional id(s)" in caplog.text
+
+        await wait_until(forgotten, 30, "the transactional id to expire", interval=0.05)
+        assert await _bump(wire, "billing", pid, 3) == (0, 4)
+        await wire.close()
