@@ -233,8 +233,15 @@ class Producing:
         """:meth:`produce` in two steps, for a front door that pipelines a connection's
         requests: returns once the messages have their positions (taken in call order),
         with a future done once they are durable (None for a duplicate: nothing was
-        written). Await the future before acknowledging; its error is the flush's."""
-        return await self._produce_start(topic, messages, False, txn, producer, sequence, principal)
+        written). Await the future before acknowledging; its error is the flush's.
+
+        With ``txn`` the messages are pipelined as :meth:`Transaction.send`'s (the future
+        is None): they ride the transaction's commit, which makes them durable before it
+        decides (or the next flush, or the store's linger), instead of a flush of their own.
+        """
+        return await self._produce_start(
+            topic, messages, False, txn, producer, sequence, principal, wait=txn is None
+        )
 
     async def produce_values(
         self,
@@ -276,6 +283,8 @@ class Producing:
         producer: str | None,
         sequence: int | None,
         principal: PrincipalArg,
+        *,
+        wait: bool = True,
     ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
         if topic not in self._core.rt.partitioned or self._core.state is not EngineState.OPEN:
             self._core.topic(topic)
@@ -299,16 +308,14 @@ class Producing:
                     f" to one of {topic!r}'s partitions ({topic}-partition-<i>)"
                 )
             positions, done, names = await self._append_partitioned(
-                topic, items, txn, wait=True, values=values
+                topic, items, txn, wait=wait, values=values
             )
-            assert done is not None
             return ProduceResult(positions, False, names), done
-        result = await self._append(topic, items, txn, producer, sequence, wait=True, values=values)
+        result = await self._append(topic, items, txn, producer, sequence, wait=wait, values=values)
         if isinstance(result, ProduceResult):
             return result, None
         positions, done = result
-        assert done is not None  # wait=True always hands back the batch's future
-        return ProduceResult(positions, False), done
+        return ProduceResult(positions, False), done  # (a future exactly when wait)
 
     async def send_in_txn(
         self, topic: str, messages: Sequence[OutgoingMessage], txn: TxnId

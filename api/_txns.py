@@ -62,12 +62,15 @@ class Transactions:
             await store.wait_writable()
             self._core.check_open()
         rt = self._core.rt
+        fences_undecided = rt.coordinator.holder_undecided(transactional_id, owner)
         record = rt.coordinator.begin(
             timeout=timeout, transactional_id=transactional_id, label=label, owner=owner
         )
-        if transactional_id is not None or not rt.coordinator.id_is_durable(record.txn_id):
-            # the fenced predecessor's abort, or the id block's reservation, is durable on
-            # return: a crash can then neither revive the old holder nor reuse the id
+        if fences_undecided or not rt.coordinator.id_is_durable(record.txn_id):
+            # the fenced predecessor's abort (or its decision in flight), or the id
+            # block's reservation, is durable on return: a crash can then neither revive
+            # the old holder nor reuse the id. (A predecessor already decided needs no
+            # wait: see Coordinator.holder_undecided.)
             await rt.store.flush()
         return self.handle(record.txn_id)
 

@@ -143,6 +143,18 @@ class Coordinator(TxnTable):
         self._add_deadline(record)
         return record
 
+    def holder_undecided(self, transactional_id: str | None, owner: str | None = None) -> bool:
+        """Whether ``transactional_id`` (of ``owner``) is held by a transaction with no
+        durable decision yet (open, or its commit or abort in flight): a :meth:`begin`
+        that fences it must see that end durable before it returns. A holder already
+        decided only gets its fenced flag, which rides the next flush: until then a
+        crash forgets the new transaction too (it has nothing durable before that
+        flush), so the old holder's decided outcome stands either way."""
+        if not isinstance(transactional_id, str):
+            return False
+        holder = self._holders.get(scoped_name(owner, transactional_id))
+        return holder is not None and not holder.state.is_ended
+
     def id_is_durable(self, txn_id: TxnId) -> bool:
         """True once ``txn_id``'s reservation is durable: no restart can hand it out again."""
         return txn_id.seq < self._durable_upto

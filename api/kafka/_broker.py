@@ -124,7 +124,9 @@ class Api:
     max_version: int
 
 
-# Only non-flexible versions (librdkafka and the Python clients negotiate down to them).
+# Non-flexible versions (librdkafka and the Python clients negotiate down to them), but
+# InitProducerId v3: KIP-360's epoch bump, without which librdkafka makes an abortable
+# UNKNOWN_PRODUCER_ID (a restart forgot the producer's epoch) a fatal error.
 APIS: dict[int, Api] = {
     api.request.API_KEY: api
     for api in (
@@ -134,7 +136,7 @@ APIS: dict[int, Api] = {
         Api(MetadataRequest, MetadataResponse, 0, 8),
         Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
         Api(ApiVersionsRequest, ApiVersionsResponse, 0, 2),
-        Api(InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+        Api(InitProducerIdRequest, InitProducerIdResponse, 0, 3),  # v3: KIP-360 bumps
         Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 2),
         Api(EndTxnRequest, EndTxnResponse, 0, 2),
         Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 2),

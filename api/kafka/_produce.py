@@ -110,9 +110,14 @@ class ProduceApi(BrokerBase):
         for batch in batches:
             txn = None
             if batch.transactional:
+                if txn_producer is None:
+                    # The transactional id is not known here (the server restarted, or it
+                    # expired): as a Kafka partition leader without the producer's state,
+                    # UNKNOWN_PRODUCER_ID. Clients take it as abortable (KIP-360): abort,
+                    # get an epoch, go on; nothing of the transaction was stored.
+                    return ErrorCode.UNKNOWN_PRODUCER_ID, -1, durable
                 if (
-                    txn_producer is None
-                    or txn_producer.producer_id != batch.producer_id
+                    txn_producer.producer_id != batch.producer_id
                     or txn_producer.epoch != batch.producer_epoch
                 ):
                     return ErrorCode.INVALID_PRODUCER_EPOCH, -1, durable
@@ -166,16 +171,9 @@ class ProduceApi(BrokerBase):
             return self._code_of(exc), -1, None
         if not result.positions:  # an older duplicate: stored, its offsets forgotten
             return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
-        if txn is not None and done is not None:
-            # As the engine's pipelined txn.send: the commit makes these durable before
-            # it decides (a crash before then aborts the transaction), so the answer need
-            # not wait for their flush; its outcome is the commit's.
-            done.add_done_callback(_observed)
-            done = None
+        # In a transaction ``done`` is None: the records are pipelined as txn.send's, and
+        # the commit makes them durable before it decides (a crash before then aborts the
+        # transaction), so the answer need not wait for a flush; its outcome is the
+        # commit's. (A flush of their own would also hold the commit behind it: two
+        # fsyncs a transaction instead of one.)
         return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0]), done
-
-
-def _observed(future: asyncio.Future[None]) -> None:
-    """Retrieve a flush future's outcome nobody awaits (the commit reports it)."""
-    if not future.cancelled():
-        future.exception()

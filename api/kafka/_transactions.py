@@ -40,10 +40,21 @@ class TxnApi(BrokerBase):
         if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
             return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         producer = self.producers.entry(transactional_id, principal())
+        # v3 (KIP-360): a producer that had an abortable error asks to bump its own epoch,
+        # naming its producer id and epoch (-1: a fresh start, as before v3).
+        expected_id = request.producer_id if version >= 3 else -1
+        expected_epoch = request.producer_epoch if version >= 3 else -1
         async with producer.lock:
+            if expected_id >= 0:
+                if expected_id != producer.producer_id:
+                    return answer(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+                if producer.session and expected_epoch != producer.epoch:
+                    return answer(ErrorCode.INVALID_PRODUCER_EPOCH)  # an older instance
             if producer.txn is not None:  # the previous epoch's open transaction
                 await self._end(producer, commit=False)
-            producer.epoch = next_epoch(producer.epoch)
+            # (a bump of an id not initialised here, after a restart, a failover or an
+            # expiry, goes past the client's epoch: its next epoch must be newer)
+            producer.epoch = next_epoch(max(producer.epoch, expected_epoch))
             producer.session = new_session()
             producer.timeout_ms = timeout_ms
             return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 import pytest
 from support import make_topics
 
-from txnstream.api import Engine, FetchResult, InvalidArgumentError, Position, TopicNotFoundError
+from txnstream.api import (
+    Engine,
+    FetchResult,
+    InvalidArgumentError,
+    OutgoingMessage,
+    Position,
+    TopicNotFoundError,
+)
 
 
 @dataclass
@@ -140,3 +147,21 @@ async def test_fetch_rejects_bad_arguments(engine: Engine, kwargs: dict[str, obj
 async def test_fetch_of_unknown_topic_is_not_found(engine: Engine) -> None:
     with pytest.raises(TopicNotFoundError):
         await engine.fetch("missing")
+
+
+async def test_fetched_entries_are_read_only_values(engine: Engine) -> None:
+    await make_topics(engine, "t")
+    at = await engine.produce("t", [OutgoingMessage(b"v", "k", {"h": "x"})])
+    first, again = (await engine.fetch("t")).entries[0], (await engine.fetch("t")).entries[0]
+
+    assert (first.position, first.kind, first.txn, first.key) == (
+        at.positions[0],
+        "data",
+        None,
+        "k",
+    )
+    assert (first.value, first.properties) == (b"v", {"h": "x"})
+    assert first.publish_time.tzinfo is not None
+    assert first == again  # equal when every field is
+    with pytest.raises(AttributeError):
+        first.value = b"changed"  # type: ignore[misc]

@@ -313,6 +313,73 @@ async def test_fencing_survives_restart(data_dir: Path) -> None:
         assert values(await drain(await engine.subscribe("t", "s"))) == ["new"]
 
 
+def _flushes(engine: Engine) -> float:
+    return engine.metrics.registry.get_sample_value("txnstream_flush_duration_seconds_count") or 0
+
+
+async def test_begin_waits_for_no_flush_when_the_holder_already_decided(data_dir: Path) -> None:
+    """A holder already committed (or aborted) only gets its fenced flag, which rides the
+    new transaction's first flush: one fsync a transaction, not two (a crash before that
+    flush forgets the new, empty transaction and leaves the old one's outcome as it was)."""
+    async with Engine.open(data_dir) as engine:
+        await make_topics(engine, "t")
+        old = await engine.begin(transactional_id="w")
+        await old.send("t", "old")
+        await old.commit()
+        flushes = _flushes(engine)
+
+        new = await engine.begin(transactional_id="w")
+
+        assert _flushes(engine) == flushes
+        with pytest.raises(FencedError):  # fenced at once, in memory
+            await old.commit()
+        await new.send("t", "new")
+        await new.commit()  # (its flush carries the old holder's fence)
+    async with Engine.open(data_dir) as engine:
+        info = await engine.get_transaction(old.id)
+        assert (info.state, info.fenced) == ("committed", True)
+        with pytest.raises(FencedError):
+            await engine.commit(old.id)
+        assert values(await drain(await engine.subscribe("t", "s"))) == ["old", "new"]
+
+
+async def test_begin_fencing_an_open_holder_returns_once_its_abort_is_durable(
+    engine: Engine,
+) -> None:
+    await make_topics(engine, "t")
+    old = await engine.begin(transactional_id="w")
+    await old.send("t", "old")
+    flushes = _flushes(engine)
+
+    await engine.begin(transactional_id="w")
+
+    assert _flushes(engine) > flushes
+    assert (await engine.get_transaction(old.id)).state == "aborted"
+
+
+async def test_produce_start_in_a_transaction_rides_the_commit_flush(engine: Engine) -> None:
+    """A front door's transactional produce (Kafka's) is pipelined as txn.send: no flush
+    of its own, so the commit is one fsync, not one behind another."""
+    await make_topics(engine, "t")
+    _, plain_done = await engine.produce_start("t", [OutgoingMessage("plain")])
+    assert plain_done is not None  # outside a transaction: durable when the future is
+    await plain_done
+    txn = await engine.begin()
+    flushes = _flushes(engine)
+
+    result, done = await engine.produce_start(
+        "t", [OutgoingMessage("a"), OutgoingMessage("b")], txn=txn.id, producer="p", sequence=0
+    )
+
+    assert done is None
+    assert len(result.positions) == 2
+    assert _flushes(engine) == flushes
+    await txn.commit()
+    assert _flushes(engine) == flushes + 1
+    assert values(await drain(await engine.subscribe("t", "s"))) == ["plain", "a", "b"]
+    assert engine.last_sequence("t", "p") == 1
+
+
 # -- labels and listing ----------------------------------------------------------------
 
 

@@ -75,7 +75,8 @@ class KafkaWire:
         frame = await self.read_frame()
         (correlation,) = struct.unpack_from(">i", frame)
         assert correlation == self._correlation
-        return response_type.decode(frame[4:], version=version)
+        # (with the header: a flexible version's response header has tagged fields too)
+        return response_type.decode(frame, version=version, header=True)
 
     async def closed(self, timeout: float = 5.0) -> bool:
         """True once the server closed this connection (EOF within ``timeout``)."""

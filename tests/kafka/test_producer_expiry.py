@@ -94,3 +94,59 @@ async def test_an_idle_transactional_id_is_forgotten_and_starts_over_at_epoch_0(
         assert zombie.error_code == 49  # INVALID_PRODUCER_ID_MAPPING: unknown now
         assert await _init(wire, "billing") == (0, pid, 0)  # started over
         await wire.close()
+
+
+async def _bump(wire: KafkaWire, transactional_id: str, pid: int, epoch: int) -> tuple[int, int]:
+    """InitProducerId v3 (KIP-360): a producer asking to bump its own epoch."""
+    answer = await wire.call(
+        InitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=10_000,
+            producer_id=pid,
+            producer_epoch=epoch,
+        ),
+        InitProducerIdResponse,
+        3,
+    )
+    return answer.error_code, answer.producer_epoch
+
+
+def _after(epoch: int, steps: int) -> int:
+    """The epoch ``steps`` InitProducerIds after ``epoch`` (int16, wrapping)."""
+    return (epoch + steps) % 32767
+
+
+async def test_init_producer_id_v3_bumps_the_current_epoch_and_refuses_an_older_one(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path / "data") as kafka:
+        wire = await KafkaWire.open(kafka.listener.port)
+        _, pid, first = await _init(wire, "billing")  # (a random epoch: see _producers)
+        one, two, three = (_after(first, n) for n in (1, 2, 3))
+        assert await _init(wire, "billing") == (0, pid, one)
+        assert await _bump(wire, "billing", pid, one) == (0, two)  # its own epoch: bumped
+        assert (await _bump(wire, "billing", pid, one))[0] == 47  # INVALID_PRODUCER_EPOCH
+        assert (await _bump(wire, "billing", pid + 1, two))[0] == 49  # not its producer id
+        assert await _bump(wire, "billing", -1, -1) == (0, three)  # a fresh start, as before v3
+        await wire.close()
+
+
+async def test_a_bump_of_a_forgotten_transactional_id_goes_past_the_clients_epoch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart or expiry the client's epoch is not known here: its bump must still
+    give it a newer one (librdkafka requires it)."""
+    caplog.set_level(logging.INFO, logger="txnstream.kafka")
+    async with serving(tmp_path / "data", EngineConfig(transactional_id_expiry=0.5)) as kafka:
+        wire = await KafkaWire.open(kafka.listener.port)
+        _, pid, first = await _init(wire, "billing")
+        for n in (1, 2, 3):
+            assert await _init(wire, "billing") == (0, pid, _after(first, n))
+
+        async def forgotten() -> bool:
+            return "forgot 1 transactional id(s)" in caplog.text
+
+        await wait_until(forgotten, 30, "the transactional id to expire", interval=0.05)
+        last = _after(first, 3)
+        assert await _bump(wire, "billing", pid, last) == (0, _after(last, 1))
+        await wire.close()
