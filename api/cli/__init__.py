@@ -12,7 +12,20 @@ the drills' code are imported by the commands that run them, httpx by the comman
 talk (``tests/cli/test_cli_startup.py`` checks it).
 """
 
+import typing
+
 from ._app import app, main
-from ._serve import make_server
+
+if typing.TYPE_CHECKING:
+    from ._serve import make_server
 
 __all__ = ["app", "main", "make_server"]
+
+
+def __getattr__(name: str) -> typing.Any:
+    """``make_server`` loads with ``serve``'s modules, on first use (PEP 562)."""
+    if name == "make_server":
+        from ._serve import make_server
+
+        return make_server
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,6 @@ follows the active one among them (:mod:`txnstream.api.client._servers`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
@@ -332,6 +331,10 @@ class AsyncClient(_Settings):
                 if delay is None:
                     return call.read(response)
             if delay:
+                # here, not at the top: the blocking Client (the command line) starts
+                # without asyncio (~40 ms); in a coroutine it is loaded already
+                import asyncio
+
                 await asyncio.sleep(delay)
 
     async def request(
