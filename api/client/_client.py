@@ -22,6 +22,7 @@ import httpx
 from . import _calls as calls
 from ._calls import Body, Call, PositionLike, TimestampLike, answer, unreachable
 from ._servers import Servers
+from ._transports import AsyncTransportTlsOnDemand, TransportTlsOnDemand
 
 __all__ = ["DEFAULT_FAILOVER_TIMEOUT", "DEFAULT_TIMEOUT", "AsyncClient", "Client"]
 
@@ -74,7 +75,9 @@ class Client(_Settings):
     """
 
     def _open(self, **options: Any) -> None:
-        self._http = httpx.Client(**options)
+        self._http = httpx.Client(
+            transport=TransportTlsOnDemand(trust_env=options["trust_env"]), **options
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -302,7 +305,9 @@ class AsyncClient(_Settings):
     """The asyncio twin of :class:`Client`: the same methods, awaited."""
 
     def _open(self, **options: Any) -> None:
-        self._http = httpx.AsyncClient(**options)
+        self._http = httpx.AsyncClient(
+            transport=AsyncTransportTlsOnDemand(trust_env=options["trust_env"]), **options
+        )
 
     async def __aenter__(self) -> Self:
         return self
