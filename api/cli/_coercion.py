@@ -26,7 +26,7 @@ import typer
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 # pydantic's integers from strings: ASCII digits, "_" between digits, a ".0..." tail
-_INT = re.compile(r"[+-]?\d+(?:_\d+)*(?:\.0*)?")
+_INT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")
 
 Parse = Callable[[Any], Any]
 
@@ -86,15 +86,20 @@ def parse_float(value: Any) -> float:
         ) from None
 
 
+def _shown(bound: float) -> str:
+    """A bound as pydantic writes it: ``60`` for 60.0, ``0.1``."""
+    return str(int(bound)) if isinstance(bound, float) and bound.is_integer() else str(bound)
+
+
 def bounded(parse: Parse, low: Any, high: Any) -> Parse:
-    """``parse``, then pydantic's ``ge``/``le`` checks (NaN passes neither)."""
+    """``parse``, then pydantic's ``le``/``ge`` checks (NaN passes neither)."""
 
     def check(value: Any) -> Any:
         number = parse(value)
+        if high is not None and not number <= high:  # first, as pydantic (NaN fails both)
+            raise ValueError(f"Input should be less than or equal to {_shown(high)}")
         if low is not None and not number >= low:
-            raise ValueError(f"Input should be greater than or equal to {low}")
-        if high is not None and not number <= high:
-            raise ValueError(f"Input should be less than or equal to {high}")
+            raise ValueError(f"Input should be greater than or equal to {_shown(low)}")
         return number
 
     return check
@@ -175,6 +180,10 @@ def install() -> None:
                 return self.parse(value)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc), ctx=ctx, param=param) from None
+            except typer.BadParameter as exc:  # typer's path checks: name the option
+                exc.ctx = exc.ctx or ctx
+                exc.param = exc.param or param
+                raise
 
     def build_runtime_param(descriptor: Any) -> Any:
         parse = plain_parse(descriptor)

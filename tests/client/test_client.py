@@ -280,6 +280,28 @@ async def test_a_long_poll_on_an_unknown_subscription_raises_not_found(
     assert raised.value.status == 404
 
 
+async def test_a_client_of_an_http_server_loads_no_certificates(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading the CA bundle was over a quarter of a CLI call's start (issue 31, item 3):
+    the clients of an http:// server never do."""
+    import ssl
+
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        load(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    with Client(server_url) as client:
+        client.list_topics()
+    async with AsyncClient(server_url) as aclient:
+        await aclient.list_topics()
+    assert loads == []
+
+
 async def test_https_is_verified_as_httpx_does_with_tls_made_on_first_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
