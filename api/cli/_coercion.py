@@ -32,7 +32,8 @@ Parse = Callable[[Any], Any]
 
 
 def parse_str(value: Any) -> str:
-    """A command-line string; bytes decoded as the command line's encoding."""
+    """A command-line string (bytes, which Python 3's command line never gives, decoded
+    as file names are)."""
     if value is None:
         raise ValueError("None is not a valid string")
     if isinstance(value, bytes):
