@@ -7,12 +7,27 @@ default (listings tab-separated under a header line), ``--json`` for scripts (JS
 command too. Errors are one line on stderr: exit 1 when a request failed, 2 for a usage
 mistake, 3 when ``serve`` cannot start. ``drill ...`` runs the recovery drills.
 
-Nothing heavy loads with the command line: the server (FastAPI, uvicorn), the engine and
-the drills' code are imported by the commands that run them, httpx by the commands that
-talk (``tests/cli/test_cli_startup.py`` checks it).
+Nothing heavy loads with the command line: a command's module is imported (and typer
+builds it) when it runs, so the server (FastAPI, uvicorn), the engine and the drills' code
+load with the commands that run them, httpx with the commands that talk, and option
+values are read without pydantic (``_coercion``); ``tests/cli/test_cli_startup.py``
+checks what loads and how long a start takes.
 """
 
+import typing
+
 from ._app import app, main
-from ._serve import make_server
+
+if typing.TYPE_CHECKING:
+    from ._serve import make_server
 
 __all__ = ["app", "main", "make_server"]
+
+
+def __getattr__(name: str) -> typing.Any:
+    """``make_server`` loads with ``serve``'s modules, on first use (PEP 562)."""
+    if name == "make_server":
+        from ._serve import make_server
+
+        return make_server
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -137,10 +137,6 @@ def retriable(exc: Exception) -> bool:
 def connect(url: str, token: str | None = None) -> Iterator[Client]:
     """A :class:`Client` of ``url`` sending ``token``; an error answer or no answer prints
     it and exits 1."""
-    # httpx's own command line (httpx._main) imports click, rich and pygments whenever they
-    # are installed, as they are beside typer: ~50 ms of every client command's start,
-    # for a module this process never runs. A None entry makes httpx skip it.
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from txnstream.api.client import Client  # httpx loads for the commands that talk
 
     try:

@@ -13,7 +13,6 @@ follows the active one among them (:mod:`txnstream.api.client._servers`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
@@ -23,6 +22,7 @@ import httpx
 from . import _calls as calls
 from ._calls import Body, Call, PositionLike, TimestampLike, answer, unreachable
 from ._servers import Servers
+from ._transports import AsyncTransportTlsOnDemand, TransportTlsOnDemand
 
 __all__ = ["DEFAULT_FAILOVER_TIMEOUT", "DEFAULT_TIMEOUT", "AsyncClient", "Client"]
 
@@ -75,7 +75,9 @@ class Client(_Settings):
     """
 
     def _open(self, **options: Any) -> None:
-        self._http = httpx.Client(**options)
+        self._http = httpx.Client(
+            transport=TransportTlsOnDemand(trust_env=options["trust_env"]), **options
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -303,7 +305,9 @@ class AsyncClient(_Settings):
     """The asyncio twin of :class:`Client`: the same methods, awaited."""
 
     def _open(self, **options: Any) -> None:
-        self._http = httpx.AsyncClient(**options)
+        self._http = httpx.AsyncClient(
+            transport=AsyncTransportTlsOnDemand(trust_env=options["trust_env"]), **options
+        )
 
     async def __aenter__(self) -> Self:
         return self
@@ -332,6 +336,10 @@ class AsyncClient(_Settings):
                 if delay is None:
                     return call.read(response)
             if delay:
+                # here, not at the top: the blocking Client (the command line) starts
+                # without asyncio (~40 ms); in a coroutine it is loaded already
+                import asyncio
+
                 await asyncio.sleep(delay)
 
     async def request(

@@ -10,11 +10,12 @@ import pickle
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from support import free_port
+from support import ServeSubprocess, free_port, self_signed_cert
 
 from txnstream.api import (
     EngineError,
@@ -277,3 +278,59 @@ async def test_a_long_poll_on_an_unknown_subscription_raises_not_found(
     with Client(server_url) as sync, pytest.raises(TxnStreamHttpError) as raised:
         sync.receive(name, "missing", wait_ms=5000)
     assert raised.value.status == 404
+
+
+async def test_a_client_of_an_http_server_loads_no_certificates(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading the CA bundle was over a quarter of a CLI call's start (issue 31, item 3):
+    the clients of an http:// server never do."""
+    import ssl
+
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        load(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    with Client(server_url) as client:
+        client.list_topics()
+    async with AsyncClient(server_url) as aclient:
+        await aclient.list_topics()
+    assert loads == []
+
+
+async def test_https_is_verified_as_httpx_does_with_tls_made_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clients set TLS up on their first https:// request (a client of an http://
+    server never loads the CA bundle: issue 31, item 3), verifying as httpx's defaults
+    do: an unknown certificate is refused, one trusted through ``SSL_CERT_FILE``
+    (``trust_env``) is accepted, and ``trust_env=False`` ignores that variable."""
+    import ssl
+
+    cert, key = self_signed_cert(tmp_path)
+    args = ("--tls-cert", str(cert), "--tls-key", str(key))
+    context = ssl.create_default_context(cafile=str(cert))
+    with ServeSubprocess(
+        tmp_path / "data", tmp_path / "log", *args, scheme="https", verify=context
+    ) as server:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        with Client(server.url) as client, pytest.raises(TxnStreamTransportError) as refused:
+            client.list_topics()
+        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value), refused.value
+        async with AsyncClient(server.url) as aclient:
+            with pytest.raises(TxnStreamTransportError, match="CERTIFICATE_VERIFY_FAILED"):
+                await aclient.list_topics()
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with Client(server.url) as client:
+            assert client.create_topic("over-tls")
+            assert "over-tls" in client.list_topics()
+        async with AsyncClient(server.url) as aclient:
+            assert "over-tls" in await aclient.list_topics()
+        with Client(server.url, trust_env=False) as client, pytest.raises(TxnStreamTransportError):
+            client.list_topics()
