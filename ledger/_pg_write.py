@@ -172,6 +172,21 @@ def _closing(sql: str, start: int) -> int:
     return -1
 
 
+def _one_parameter_each(values: str) -> bool:
+    """Whether each top-level item of the tuple ``values`` holds exactly one ``%s``
+    (then the n-th parameter is the n-th column's)."""
+    depth, start = 0, 1
+    items: list[str] = []
+    for index in range(1, len(values) - 1):
+        char = values[index]
+        depth += (char == "(") - (char == ")")
+        if char == "," and not depth:
+            items.append(values[start:index])
+            start = index + 1
+    items.append(values[start:-1])
+    return all(item.count("%s") == 1 for item in items)
+
+
 @functools.lru_cache(maxsize=256)
 def _parse_insert(sql: str) -> _Insert | None:
     """``sql`` taken apart if it is a plain INSERT of one ``VALUES`` tuple, or an upsert
@@ -192,6 +207,8 @@ def _parse_insert(sql: str) -> _Insert | None:
     conflict = _CONFLICT.fullmatch(tail)
     columns = [name.strip() for name in match.group(2).split(",")]
     if conflict is None or values.count("%s") != len(columns) or "%%" in values:
+        return None
+    if not _one_parameter_each(values):
         return None
     keys = [name.strip() for name in conflict.group(1).split(",")]
     if not set(keys) <= set(columns):

@@ -295,6 +295,13 @@ async def test_merged_and_multi_row_statements_store_what_row_by_row_stored(
     await apply_flush(conn, claims, runs, seq=1)
     cur = await conn.execute("SELECT key, value FROM meta ORDER BY key")
     assert await cur.fetchall() == [("a", "3"), ("b", "1"), ("c", "1")]
+    # A key column made of two parameters: its rows' keys are not the parameters'
+    # (both rows are key "ab"), so they go row by row and the second updates the first.
+    joined = ("INSERT INTO meta (key, value) VALUES (%s::text || %s::text, 'x')"
+              " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value || '!'")  # fmt: skip
+    await apply_flush(conn, claims, [(joined, [("a", "b"), ("ab", "")])], seq=2)
+    cur = await conn.execute("SELECT value FROM meta WHERE key = 'ab'")
+    assert await cur.fetchall() == [("x!",)]
     cur = await conn.execute("SELECT entry_id, data FROM entries ORDER BY entry_id")
     assert await cur.fetchall() == [(i, f"m{i}".encode()) for i in range(100, 305)]
 
