@@ -131,6 +131,7 @@ class PgStore(SqlStore):
     _sql: ClassVar[ReadStatements] = sql
 
     kick_at_once = True  # the writer is a server beside the loop, not a thread in it
+    read_ahead = True  # and so are the readers
 
     def __init__(
         self,
@@ -369,15 +370,21 @@ class PgStore(SqlStore):
 
     # -- reading -------------------------------------------------------------------
 
-    async def read(self, query: str, params: Params | Mapping[str, Any] = ()) -> list[Row]:
+    async def read(
+        self, query: str, params: Params | Mapping[str, Any] = (), *, binary: bool = False
+    ) -> list[Row]:
         """Run PostgreSQL SQL on a pooled read connection; sees only committed data.
-        (The typed reads use it, and this store's tests and tools.)"""
+        (The typed reads use it, and this store's tests and tools.)
+
+        ``binary``: results in PostgreSQL's binary format, for rows of integers and
+        ``bytea`` (the log's): a payload travels as its bytes, not as hex text twice its
+        size that the server encodes and psycopg decodes on the event loop."""
         self._check_readable()
         attempts = self._pool.max_size + 1
         for attempt in range(1, attempts + 1):
             async with self._pool.connection() as conn:
                 try:
-                    cur = await conn.execute(query, params)
+                    cur = await conn.execute(query, params, binary=binary)
                     return await cur.fetchall()
                 except psycopg.OperationalError:
                     # A connection a database restart broke fails its first use (the
@@ -435,6 +442,9 @@ class PgStore(SqlStore):
             if totals is not None:
                 return totals
         return await super().ledger_totals(topic_id, ledger_id)
+
+    async def read_log(self, query: str, params: Params) -> list[Row]:
+        return await self.read(query, params, binary=True)
 
     async def producer_rows(self, topic_id: int) -> list[Row]:
         if (prefetched := self._prefetched_for(topic_id)) is not None:

@@ -21,6 +21,17 @@ sent with one write and answered with one read: ~0.35 ms, fewer wake-ups of the
 backend. A row holding a value of another type (rare: none of the store's operations
 makes one) takes psycopg's own pipeline, which adapts anything.
 
+Each Execute costs the server an executor start and end (~20 us here, more than the row's
+insert): a flush of 8 producers' transactions, 48 rows, spent 1 ms of its 1.9 ms in them.
+So rows go as few statements as their order allows. Runs of plain INSERTs (and upserts)
+into *different* tables commute (the schema has no triggers and no foreign keys), so a
+flush's consecutive INSERT runs are merged per statement, in first-seen order (a
+transaction's row, its entries, the next one's row, its entries: every transaction row,
+then every entry); then each run of 2 or more rows goes as multi-row ``VALUES``, in
+chunks of a power of two rows (a handful of prepared statements), in order. An upsert
+goes multi-row only when its chunk's keys are distinct (PostgreSQL refuses to update
+one row twice in a statement; row by row, the later row wins, as before).
+
 A COMMIT whose answer was lost (the connection broke, PostgreSQL restarted) leaves the
 flush in doubt: it may have committed. Each flush therefore also writes its *mark*
 (``flush_marks``: the scope's epoch and the flush's sequence number) in the same
@@ -34,10 +45,12 @@ in-doubt flush's exactly when it committed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -82,7 +95,11 @@ async def apply_flush(
     stored) or a connection failure (the outcome unknown: see :func:`flush_committed`).
     """
     scopes = sorted(claims.items())
-    statements: list[Run] = [(FENCE_SQL, scopes), *runs, (_MARK, [(s, e, seq) for s, e in scopes])]
+    statements: list[Run] = [
+        (FENCE_SQL, scopes),
+        *merge_inserts(runs),
+        (_MARK, [(s, e, seq) for s, e in scopes]),
+    ]
     try:
         try:
             encoded = _encode_runs(statements, conn.info.encoding)
@@ -129,6 +146,134 @@ def _numbered(sql: str) -> bytes:
     return _PLACEHOLDER.sub(number, sql).encode()
 
 
+_INSERT = re.compile(r"INSERT INTO (\w+) \(([^()]*)\) VALUES ")
+_CONFLICT = re.compile(r" ON CONFLICT \(([^()]*)\) DO UPDATE SET [^%]*")
+_MULTI_ROW_LIMIT = 256  # rows per statement (a power of two; 13 columns: 3,328 parameters)
+
+
+@dataclass(frozen=True, slots=True)
+class _Insert:
+    """An ``INSERT ... VALUES (...)`` statement taken apart for multi-row ``VALUES``."""
+
+    table: str
+    head: str  # up to and including ``VALUES ``
+    values: str  # the parenthesised tuple of one row
+    tail: str  # ``""`` or the ``ON CONFLICT (...) DO UPDATE SET ...`` clause
+    key: tuple[int, ...] | None  # an upsert's conflict columns' parameter indices
+
+
+def _closing(sql: str, start: int) -> int:
+    """The index of the parenthesis closing the one at ``start``, or -1."""
+    depth = 0
+    for index in range(start, len(sql)):
+        depth += (sql[index] == "(") - (sql[index] == ")")
+        if not depth:
+            return index
+    return -1
+
+
+def _one_parameter_each(values: str) -> bool:
+    """Whether each top-level item of the tuple ``values`` holds exactly one ``%s``
+    (then the n-th parameter is the n-th column's)."""
+    depth, start = 0, 1
+    items: list[str] = []
+    for index in range(1, len(values) - 1):
+        char = values[index]
+        depth += (char == "(") - (char == ")")
+        if char == "," and not depth:
+            items.append(values[start:index])
+            start = index + 1
+    items.append(values[start:-1])
+    return all(item.count("%s") == 1 for item in items)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_insert(sql: str) -> _Insert | None:
+    """``sql`` taken apart if it is a plain INSERT of one ``VALUES`` tuple, or an upsert
+    whose tuple gives each column one parameter; None otherwise (run row by row, never
+    moved)."""
+    match = _INSERT.match(sql)
+    if match is None or "SELECT" in sql.upper():
+        return None
+    start = match.end()
+    if sql[start : start + 1] != "(":
+        return None
+    end = _closing(sql, start)
+    if end < 0:
+        return None
+    values, tail = sql[start : end + 1], sql[end + 1 :]
+    if not tail:
+        return _Insert(match.group(1), sql[:start], values, "", None)
+    conflict = _CONFLICT.fullmatch(tail)
+    columns = [name.strip() for name in match.group(2).split(",")]
+    if conflict is None or values.count("%s") != len(columns) or "%%" in values:
+        return None
+    if not _one_parameter_each(values):
+        return None
+    keys = [name.strip() for name in conflict.group(1).split(",")]
+    if not set(keys) <= set(columns):
+        return None
+    return _Insert(match.group(1), sql[:start], values, tail, tuple(columns.index(k) for k in keys))
+
+
+@functools.lru_cache(maxsize=256)
+def _multi_row(sql: str, rows: int) -> str:
+    """``sql`` (an :func:`_parse_insert`-able statement) for ``rows`` rows at once."""
+    insert = _parse_insert(sql)
+    assert insert is not None
+    return f"{insert.head}{', '.join([insert.values] * rows)}{insert.tail}"
+
+
+def merge_inserts(runs: Iterable[Run]) -> list[Run]:
+    """``runs`` with each stretch of consecutive INSERT runs into distinct tables (one
+    statement per table) merged per statement, in first-seen order: they commute (see
+    the module docstring). Anything else stays where it is and ends the stretch."""
+    out: list[Run] = []
+    merged: dict[str, list[Params]] = {}  # the stretch: statement -> its rows, in order
+    tables: dict[str, str] = {}  # the stretch's tables -> their statement
+    for sql, rows in runs:
+        insert = _parse_insert(sql)
+        if insert is None or tables.get(insert.table, sql) != sql:
+            out.extend(merged.items())
+            merged.clear()
+            tables.clear()
+            if insert is None:
+                out.append((sql, rows))
+                continue
+        tables[insert.table] = sql
+        merged.setdefault(sql, []).extend(rows)
+    out.extend(merged.items())
+    return out
+
+
+def _chunks(
+    sql: str, rows: list[tuple[list[bytes | None], list[int]]]
+) -> list[tuple[str, list[tuple[list[bytes | None], list[int]]]]]:
+    """Encoded ``rows`` of ``sql`` as multi-row statements when it allows: chunks of
+    the largest power of two rows left (at most :data:`_MULTI_ROW_LIMIT`), in order."""
+    insert = _parse_insert(sql) if len(rows) > 1 else None
+    if insert is None:
+        return [(sql, rows)]
+    if insert.key is not None:
+        key = insert.key
+        if len({tuple(values[i] for i in key) for values, _ in rows}) != len(rows):
+            return [(sql, rows)]  # a key twice: row by row, the later row wins
+    out: list[tuple[str, list[tuple[list[bytes | None], list[int]]]]] = []
+    start, left = 0, len(rows)
+    while left:
+        size = min(_MULTI_ROW_LIMIT, 1 << (left.bit_length() - 1))
+        chunk = rows[start : start + size]
+        if size == 1:
+            out.append((sql, chunk))
+        else:
+            values = [value for row_values, _ in chunk for value in row_values]
+            formats = [fmt for _, row_formats in chunk for fmt in row_formats]
+            out.append((_multi_row(sql, size), [(values, formats)]))
+        start += size
+        left -= size
+    return out
+
+
 def _encode_runs(runs: Iterable[Run], encoding: str) -> Encoded:
     """Each row's parameters as libpq values and formats: bytes binary (a ``bytea``
     travels as is), ints, text and flags as text. Raises :class:`_Unsupported` for a
@@ -163,7 +308,7 @@ def _encode_runs(runs: Iterable[Run], encoding: str) -> Encoded:
                     raise _Unsupported(kind.__name__)
             out.append((values, formats))
         if out:
-            encoded.append((sql, out))
+            encoded.extend(_chunks(sql, out))
     return encoded
 
 

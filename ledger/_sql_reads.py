@@ -178,10 +178,15 @@ class SqlStore(Store):
         ((entries, size),) = await self.read(self._sql.LEDGER_TOTALS, (topic_id, ledger_id))
         return int(entries), int(size)
 
+    async def read_log(self, query: str, params: Params) -> list[Row]:
+        """:meth:`read` for rows of the log itself (positions and payloads): the hot read
+        of every delivery, which a store may run its own faster way."""
+        return await self.read(query, params)
+
     async def read_range(
         self, topic_id: int, start: Position, end: Position, limit: int
     ) -> list[Row]:
-        return await self.read(
+        return await self.read_log(
             self._sql.RANGE,
             (topic_id, start.ledger_id, start.entry_id, end.ledger_id, end.entry_id, limit),
         )
@@ -189,7 +194,7 @@ class SqlStore(Store):
     async def read_positions(self, topic_id: int, positions: Sequence[Position]) -> list[Row]:
         if not positions:
             return []
-        return await self.read(*self._sql.positions(topic_id, positions))
+        return await self.read_log(*self._sql.positions(topic_id, positions))
 
     async def read_metas(self, topic_id: int, start: Position, limit: int) -> list[Row]:
         return await self.read(self._sql.METAS, (topic_id, start.ledger_id, start.entry_id, limit))

@@ -137,6 +137,11 @@ class Store(abc.ABC):
     loop: a process or a server) rather than at the end of the loop's pass (a writer
     thread, which would contend for the GIL with the pass)."""
 
+    read_ahead = False
+    """Whether an ordered subscription reads its next range as soon as a delivery ends
+    (reads are a server's work beside the loop) rather than only while an ack waits for
+    its commit (a reader thread would contend for the GIL with the consumer's pass)."""
+
     def __init__(
         self,
         path: Path | None,

@@ -1,5 +1,6 @@
 """Read ahead during an ack: an ordered consumer that acknowledges and waits for the ack
-to be durable has its next range read meanwhile.
+to be durable has its next range read meanwhile (on PostgreSQL as soon as a delivery
+ends).
 
 The next receive then makes no read of its own; whatever happens between the ack and
 that receive (new data above the old read limit, a seek, an abort, a rollover, a
@@ -69,6 +70,39 @@ async def test_after_an_ack_the_next_receive_reads_nothing_itself(engine: Engine
     assert receive_reads[1:] == [0] * (len(receive_reads) - 1)
 
 
+async def test_on_postgresql_the_next_range_is_read_as_soon_as_a_delivery_ends(
+    engine: Engine, store_kind: str
+) -> None:
+    # Its reads run beside the event loop: the next range is read while the consumer
+    # works on the messages it has, before any ack. On SQLite only an ack reads ahead (a
+    # reader thread would contend for the GIL with the consumer).
+    await engine.create_topic(TOPIC)
+    expected = await _fill(engine, 30)
+    ledger = engine._rt.topics[TOPIC].ledger
+    original = ledger.read_rows
+    me = asyncio.current_task()
+    inline: list[bool] = []  # per read: made by a receive itself (else read ahead)
+
+    async def recording(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
+        inline.append(asyncio.current_task() is me)
+        return await original(start, end, limit)
+
+    ledger.read_rows = recording  # type: ignore[method-assign]
+    sub = await engine.subscribe(TOPIC, "s")
+    got: list[int] = []
+    while len(got) < len(expected):  # no acks
+        messages = await sub.receive(max=7, timeout=1.0)
+        assert messages, f"stopped after {len(got)} of {len(expected)}"
+        got += [m.value for m in messages]
+    assert got == expected
+    if store_kind == "postgresql":
+        assert len(inline) > 2
+        assert inline[0]  # the first receive's read, then each read a read ahead
+        assert not any(inline[1:])
+    else:
+        assert inline == [True] * len(inline)
+
+
 async def test_data_written_after_the_ack_follows_the_range_read_ahead(
     engine: Engine,
 ) -> None:
@@ -118,20 +152,24 @@ async def test_a_read_ahead_across_ledger_rollovers_delivers_in_order(data_dir: 
 
 
 async def _stalled_read_ahead(engine: Engine, name: str) -> set[asyncio.Task[object]]:
-    """Receive on a new subscription ``name``, then ack while the topic's range reads
-    hang (as on a stalled disk); the tasks the ack started."""
+    """Receive on a new subscription ``name``, then ack, every range read after the
+    receive's own hanging (as on a stalled disk); the tasks still running after the ack
+    (the read ahead: the ack's, or on PostgreSQL the one the delivery started)."""
     sub = await engine.subscribe(TOPIC, name, initial_position="earliest")
-    messages = await sub.receive(max=5, timeout=1.0)
     ledger = engine._rt.topics[TOPIC].ledger
     original = ledger.read_rows
     gate = asyncio.Event()  # never set
+    reads = [0]
 
     async def stalled(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
-        await gate.wait()
+        reads[0] += 1
+        if reads[0] > 1:
+            await gate.wait()
         return await original(start, end, limit)
 
     ledger.read_rows = stalled  # type: ignore[method-assign]
     before = asyncio.all_tasks()
+    messages = await sub.receive(max=5, timeout=1.0)
     await sub.ack(messages[-1].position, cumulative=True)
     started = asyncio.all_tasks() - before
     ledger.read_rows = original  # type: ignore[method-assign]
@@ -168,18 +206,23 @@ async def test_a_read_ahead_that_failed_is_read_again(engine: Engine) -> None:
     await engine.create_topic(TOPIC)
     expected = await _fill(engine, 12)
     sub = await engine.subscribe(TOPIC, "s")
-    first = await sub.receive(max=4, timeout=1.0)
     ledger = engine._rt.topics[TOPIC].ledger
     original = ledger.read_rows
     failures = []
 
     async def failing_once(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
-        ledger.read_rows = original  # type: ignore[method-assign]
+        if failures:
+            return await original(start, end, limit)
         failures.append(start)
         raise OSError("an I/O error, this once")
 
-    ledger.read_rows = failing_once  # type: ignore[method-assign]
-    await sub.ack(first[-1].position, cumulative=True)  # its read ahead fails
+    async def first_read(start: Position, end: Position, limit: int):  # type: ignore[no-untyped-def]
+        ledger.read_rows = failing_once  # type: ignore[method-assign]
+        return await original(start, end, limit)
+
+    ledger.read_rows = first_read  # type: ignore[method-assign]
+    first = await sub.receive(max=4, timeout=1.0)
+    await sub.ack(first[-1].position, cumulative=True)  # the read ahead fails
     rest = await sub.receive(max=100, timeout=1.0)
     assert failures  # the read ahead did fail
     assert [m.value for m in first + rest] == expected

@@ -16,7 +16,7 @@ from support import wait_until
 from txnstream.ledger import LeaseLostError
 from txnstream.ledger._pg_lease import FENCE_SQL, STORE_SCOPE, Lease
 from txnstream.ledger._pg_schema import migrate
-from txnstream.ledger._pg_write import Run, apply_flush, flush_committed
+from txnstream.ledger._pg_write import Run, apply_flush, flush_committed, merge_inserts
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -247,3 +247,73 @@ async def test_values_travel_as_their_columns_read_them(store: tuple[Conn, Lease
     assert await cur.fetchall() == [(0, -5, True), (1, 0, False)]
     cur = await conn.execute("SELECT key, value FROM meta")
     assert await cur.fetchall() == [("é\u2603", "100%s %% ü")]
+
+
+META = "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"  # noqa: E501
+
+
+def test_inserts_into_other_tables_merge_and_nothing_passes_another_statement() -> None:
+    # A flush of 8 producers' transactions is a transaction row, its entries, the next
+    # transaction's row, its entries...: one statement per table, in first-seen order.
+    txn_rows = [(META, [(f"t{i}", "committed")]) for i in range(3)]
+    logs = [entries(1, 0, 2, start=2 * i) for i in range(3)]
+    interleaved = [run for pair in zip(txn_rows, logs, strict=True) for run in pair]
+    assert merge_inserts(interleaved) == [
+        (META, [("t0", "committed"), ("t1", "committed"), ("t2", "committed")]),
+        (ENTRY, [row for _, rows in logs for row in rows]),
+    ]
+    # A statement that is not an INSERT, or another INSERT into the same table, ends the
+    # stretch: what came before it stays before it.
+    delete = ("DELETE FROM entries WHERE topic_id = %s", [(1,)])
+    other = ("INSERT INTO entries (topic_id, ledger_id, entry_id, kind, data) VALUES"
+             " (%s, %s, %s, 0, %s)", [(1, 0, 9, b"x")])  # fmt: skip
+    runs = [logs[0], txn_rows[0], delete, logs[1], other, logs[2], txn_rows[1]]
+    assert merge_inserts(runs) == [
+        logs[0],
+        txn_rows[0],
+        delete,
+        logs[1],
+        other,
+        (ENTRY, logs[2][1]),
+        txn_rows[1],
+    ]
+
+
+async def test_merged_and_multi_row_statements_store_what_row_by_row_stored(
+    store: tuple[Conn, Lease],
+) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    runs: list[Run] = [
+        (META, [("a", "1"), ("b", "1")]),  # distinct keys: one statement
+        entries(1, 0, 300),  # 256 + 32 + 8 + 4 rows
+        (META, [("a", "2"), ("c", "1"), ("a", "3")]),  # "a" twice: the later row wins
+        ("DELETE FROM entries WHERE topic_id = %s AND entry_id < %s", [(1, 100)]),
+        entries(1, 0, 5, start=300),
+    ]
+    await apply_flush(conn, claims, runs, seq=1)
+    cur = await conn.execute("SELECT key, value FROM meta ORDER BY key")
+    assert await cur.fetchall() == [("a", "3"), ("b", "1"), ("c", "1")]
+    # A key column made of two parameters: its rows' keys are not the parameters'
+    # (both rows are key "ab"), so they go row by row and the second updates the first.
+    joined = ("INSERT INTO meta (key, value) VALUES (%s::text || %s::text, 'x')"
+              " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value || '!'")  # fmt: skip
+    await apply_flush(conn, claims, [(joined, [("a", "b"), ("ab", "")])], seq=2)
+    cur = await conn.execute("SELECT value FROM meta WHERE key = 'ab'")
+    assert await cur.fetchall() == [("x!",)]
+    cur = await conn.execute("SELECT entry_id, data FROM entries ORDER BY entry_id")
+    assert await cur.fetchall() == [(i, f"m{i}".encode()) for i in range(100, 305)]
+
+
+async def test_a_duplicate_row_in_a_multi_row_insert_stores_nothing(
+    store: tuple[Conn, Lease],
+) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    twice = (ENTRY, [*entries(1, 0, 6)[1], *entries(1, 0, 1, start=3)[1]])
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await apply_flush(conn, claims, [(META, [("a", "1")]), twice], seq=1)
+    assert await count(conn) == 0
+    assert await count(conn, "meta") == 0
