@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -186,6 +187,9 @@ class _Object:
     names: frozenset[str]
 
 
+_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.tmp$")
+
+
 class OffloadStore:
     """Access to offloaded ledger objects: write and verify, read (cached, verified),
     delete what is its own.
@@ -264,6 +268,9 @@ class OffloadStore:
     @staticmethod
     def _stem(url: str) -> str | None:
         name = url.rsplit("/", 1)[-1]
+        # a local write's temporary name (see _put): a kill -9 mid-write leaves it behind,
+        # and it is its object's (so the orphan sweep removes it)
+        name = _TEMPORARY.sub("", name)
         for suffix in (_SIDECAR_SUFFIX, _SUFFIX):
             if name.endswith(suffix):
                 return name[: -len(suffix)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +329,12 @@ async def test_orphan_objects_are_removed_by_the_next_pass(
     other.owner = "f" * 32
     other.write_ledger("t", 77, [], set(), [])
     OffloadStore(offload_url).write_ledger("t", 78, [], set(), [])
-    assert len(objects(offload_url, "t")) == 5
+    expected = 5
+    if offload_url.startswith("file://"):  # a local write killed mid-way: its temporary
+        topic_dir = Path(urllib.parse.urlparse(offload_url).path) / "t"
+        (topic_dir / f"{77:020d}-{owner}.parquet.{'a' * 32}.tmp").write_bytes(b"PAR")
+        expected += 1
+    assert len(objects(offload_url, "t")) == expected
     async with Engine.open(data, config(offload_url)) as engine:
         assert await engine.offload("t") == [1]  # its orphan replaced; its 77 removed
         assert sorted(objects(offload_url, "t")) == [

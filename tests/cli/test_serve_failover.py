@@ -267,6 +267,12 @@ async def test_a_paused_active_writes_nothing_after_the_standby_took_over(pair: 
     answer = await late
     assert answer.status_code in (307, 503), answer.text  # never 200: it was fenced
     await asyncio.to_thread(a.wait_status, "standby", 10)
+
+    def names_the_active() -> bool:  # (once its first lease read as a standby is in)
+        health = a.health()
+        return health is not None and health[1].get("active") is not None
+
+    await asyncio.to_thread(wait_for, names_the_active, 10, "the new active named")
     status, body, headers = a.health()
     assert (status, body["active"], headers["txnstream-role"]) == (503, b.url, "standby")
     assert a.metric("txnstream_active") == 0
