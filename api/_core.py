@@ -15,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ from txnstream.ledger import (
     FencedError,
     ForbiddenError,
     InvalidArgumentError,
+    Member,
     OffloadStore,
     Position,
     PostgresUrl,
@@ -193,6 +197,8 @@ class Core:
         lease row says (None when unknown, or when the active has no Kafka listener)."""
         self.watch: LeaseWatch | None = None
         """While a standby: its view of the store's lease (and catalog)."""
+        self.member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """This server's id among those sharing a PostgreSQL store (one per process)."""
         self.runtime: Runtime | None = None
         """This term's store and the state rebuilt from it (None while none is open);
         replaced whole on in-place recovery, failover and step-down (see
@@ -228,6 +234,16 @@ class Core:
                 f"this server is a standby; the active is {self.active_url or 'not known'}"
             )
         raise ClosedError(f"the engine is {self.state.value}")
+
+    @property
+    def members(self) -> tuple[Member, ...]:
+        """The servers sharing the store (PostgreSQL), as last read: by the active's
+        store at each lease renewal, by a standby at each lease poll; empty otherwise."""
+        if self.runtime is not None:
+            return self.runtime.store.members
+        if self.watch is not None:
+            return self.watch.members
+        return ()
 
     @property
     def rt(self) -> Runtime:

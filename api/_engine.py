@@ -45,6 +45,9 @@ from ._runtime import Runtime
 from ._stats import RecoverySummary
 from ._txns import Transactions
 
+if TYPE_CHECKING:
+    from txnstream.ledger import Member
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -98,6 +101,8 @@ class Engine:
         """While a standby: the active's advertised URL (None when unknown)."""
         active_kafka: str | None
         """While a standby: the active's advertised Kafka address (None when unknown)."""
+        members: tuple[Member, ...]
+        """The servers sharing the store (PostgreSQL), as last read; empty otherwise."""
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None) -> None:
         core = self._core = Core(path, config)
@@ -126,7 +131,7 @@ class Engine:
     if not TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any:
-            """``state``, ``recovery``, ``active_url`` and ``active_kafka``: the core's,
+            """``state``, ``recovery``, ``active_url``, ``active_kafka``, ``members``: the core's,
             read as they are now (attributes, not properties: the public surface is the
             methods)."""
             if name in _CORE_VIEW:
@@ -229,7 +234,7 @@ class Engine:
     last_sequence = _Part("_offsets", Offsets.last_sequence)
 
 
-_CORE_VIEW = frozenset({"state", "recovery", "active_url", "active_kafka"})
+_CORE_VIEW = frozenset({"state", "recovery", "active_url", "active_kafka", "members"})
 """The engine's attributes that are its core's (they change as it lives)."""
 
 

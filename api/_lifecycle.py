@@ -151,6 +151,7 @@ class Lifecycle:
                 lease_timeout=self._config.lease_timeout,
                 advertise_url=self._config.advertise_url,
                 advertise_kafka=self._config.kafka_advertise,
+                member=self._core.member,
             )
         return await Store.open(
             self._core.path / DB_FILE,
@@ -358,12 +359,17 @@ class Lifecycle:
         """Poll the store's lease (every tenth of the lease timeout); when it is free
         or expired, take it with the next epoch, load the state (newest snapshot plus
         tail replay, the recovery path) and serve."""
-        from txnstream.ledger import LeaseWatch  # (imports psycopg: only when used)
+        from txnstream.ledger import LeaseWatch, Member  # (imports psycopg: only when used)
 
         assert self._core.store_url is not None
-        watch = self._core.watch = LeaseWatch(self._core.store_url.url)
+        config = self._config
+        me = Member(self._core.member, config.advertise_url, config.kafka_advertise)
+        watch = self._core.watch = LeaseWatch(
+            self._core.store_url.url, member=me, ttl=config.lease_timeout
+        )
         # A tenth: the poll is one small read, and its interval adds to every failover.
         poll = self._config.lease_timeout / 10
+        took_over = False
         try:
             while True:
                 lease = await watch.read()
@@ -377,6 +383,7 @@ class Lifecycle:
                             log.warning("ended %d session(s) of the expired active", ended)
                     try:
                         await self.load()
+                        took_over = True
                         break
                     except DataDirLockedError:
                         pass  # another standby won it
@@ -385,7 +392,7 @@ class Lifecycle:
                 await asyncio.sleep(poll)
         finally:
             self._core.watch = None
-            await watch.close()
+            await watch.close(withdraw_member=not took_over)  # (the active's store keeps it)
         self._core.active_url = self._core.active_kafka = None
         self._core.failure = None
         self._metrics.failovers.inc()

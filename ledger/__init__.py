@@ -76,7 +76,7 @@ if typing.TYPE_CHECKING:
     from ._schema import DB_FILE
     from ._sqlite_store import SqliteStore
     from ._sqlite_view import database_file
-    from ._store import DataRow, StorageMetrics, Store, StoreReader
+    from ._store import DataRow, Member, StorageMetrics, Store, StoreReader
     from ._tiers import LedgerInfo
 
 # PEP 562, as pydantic's ``__init__`` does: positions, entries and the errors load with
@@ -127,6 +127,7 @@ _LAZY: dict[str, str] = {
     "SqliteStore": "._sqlite_store",
     "database_file": "._sqlite_view",
     "DataRow": "._store",
+    "Member": "._store",
     "StorageMetrics": "._store",
     "Store": "._store",
     "StoreReader": "._store",
@@ -165,6 +166,7 @@ __all__ = [
     "LedgerError",
     "LedgerInfo",
     "ManagedLedger",
+    "Member",
     "NotFoundError",
     "OffloadNotConfiguredError",
     "OffloadPrefixClaimedError",

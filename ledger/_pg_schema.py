@@ -2,7 +2,8 @@
 lease, migrated on open under an advisory lock.
 
 The tables and columns are SQLite's, one for one (a test compares them), plus PostgreSQL's
-own: ``leases`` (:mod:`._pg_lease`) and ``flush_marks`` (:mod:`._pg_write`). Both stores
+own: ``leases`` (:mod:`._pg_lease`), ``members`` (:mod:`._pg_members`) and
+``flush_marks`` (:mod:`._pg_write`). Both stores
 keep the same rows: ``BIGINT`` for SQLite's integers (ids, sequence numbers and
 milliseconds all pass 2**31), ``BYTEA`` for blobs, ``BOOLEAN`` for flags, and a primary
 key on every table. SQLite's ``WITHOUT ROWID`` tables (clustered on their key) become
@@ -27,9 +28,10 @@ import psycopg
 
 from ._errors import LedgerError
 from ._pg_lease import LEASE_DDL, LEASE_DDL_V2
+from ._pg_members import MEMBERS_DDL_V3
 from ._pg_write import MARKS_DDL
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATION_LOCK = 0x7478_6E73_7472_6D00
 """The advisory lock key (``txnstrm\\0``) migrating openers serialise on."""
@@ -204,6 +206,8 @@ _STEPS: dict[int, str] = {
     # 2: the lease row names the active's Kafka address too (a nullable column: the rows
     # a version-1 server wrote read as "no Kafka listener" until their next acquisition)
     2: LEASE_DDL_V2,
+    # 3: every server sharing the store has a row (Kafka Metadata lists them all)
+    3: MEMBERS_DDL_V3,
 }
 
 

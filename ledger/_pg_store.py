@@ -28,8 +28,10 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,11 +44,12 @@ from . import _pg_sql as sql
 from ._batch import Params, WriteBatch
 from ._errors import DataDirLockedError, EngineFailedError, LeaseLostError
 from ._pg_lease import STORE_SCOPE, Lease, LeaseState, read_lease
+from ._pg_members import announce, read_members, withdraw
 from ._pg_schema import migrate
 from ._pg_url import redact
 from ._pg_write import Run, apply_flush, flush_committed
 from ._sql_reads import ReadStatements, SqlStore
-from ._store import Row, StorageMetrics
+from ._store import Member, Row, StorageMetrics
 
 log = logging.getLogger("txnstream.store")
 _R = TypeVar("_R")
@@ -141,6 +144,7 @@ class PgStore(SqlStore):
         lease: Lease,
         *,
         max_pending_entries: int,
+        member: Member | None = None,
     ) -> None:
         super().__init__(None, max_pending_entries=max_pending_entries)
         self.url = url
@@ -148,6 +152,8 @@ class PgStore(SqlStore):
         self._pool = pool
         self.lease = lease
         """This server's claim on the store (its epoch fences every flush)."""
+        self.member = member
+        """This server's row in ``members`` (None: it keeps none)."""
         self._flush_seq = 0
         self._flush_task: asyncio.Task[None] | None = None
         self._renew_task: asyncio.Task[None] | None = None
@@ -167,10 +173,12 @@ class PgStore(SqlStore):
         holder: str | None = None,
         advertise_url: str | None = None,
         advertise_kafka: str | None = None,
+        member: str | None = None,
         connect_timeout: float = 10.0,
     ) -> PgStore:
         """Connect to the database at ``url`` (a libpq URL), migrate its schema, take the
-        store's lease and start renewing it.
+        store's lease and start renewing it. With a ``member`` id, the server also keeps
+        its row in ``members`` (:mod:`._pg_members`) while it serves.
 
         Raises :class:`~txnstream.ledger.DataDirLockedError` when another server holds
         the lease, :class:`~txnstream.ledger.EngineFailedError` when the database cannot
@@ -178,6 +186,7 @@ class PgStore(SqlStore):
         """
         holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         lease = Lease(holder, advertise_url, lease_timeout, kafka=advertise_kafka)
+        me = None if member is None else Member(member, advertise_url, advertise_kafka)
         try:
             writer = await psycopg.AsyncConnection.connect(
                 url,
@@ -211,6 +220,9 @@ class PgStore(SqlStore):
                 name="txnstream-readers",
             )
             await pool.open(wait=True, timeout=connect_timeout)
+            if me is not None:
+                await announce(writer, me, lease_timeout)
+            members = await read_members(writer)
         except BaseException:
             if pool is not None:
                 await pool.close()
@@ -218,7 +230,15 @@ class PgStore(SqlStore):
                 await lease.release(writer)
             await writer.close()
             raise
-        store = cls(url, writer, pool, lease, max_pending_entries=max_pending_entries)
+        store = cls(
+            url,
+            writer,
+            pool,
+            lease,
+            max_pending_entries=max_pending_entries,
+            member=me,
+        )
+        store.members = members
         store._connect_timeout = max(1, round(connect_timeout))
         store._renew_task = asyncio.create_task(store._renew(), name="txnstream-lease")
         return store
@@ -233,6 +253,9 @@ class PgStore(SqlStore):
             try:
                 async with self._pool.connection(timeout=lease.ttl / 3) as conn:
                     held = await lease.renew(conn)
+                    if held and self.member is not None:
+                        await announce(conn, self.member, lease.ttl)
+                    self.members = await read_members(conn)
                     row = await (
                         await conn.execute("SELECT pg_database_size(current_database())")
                     ).fetchone()
@@ -358,6 +381,8 @@ class PgStore(SqlStore):
                 if self.failure is None:
                     with contextlib.suppress(psycopg.Error):
                         await self.lease.release(writer)
+                        if self.member is not None:
+                            await withdraw(writer, self.member.member)
                 await writer.close()
         finally:
             self._writer = None
@@ -473,8 +498,22 @@ class LeaseWatch:
     """A standby's view of the store's lease: who is active and where, read on one
     connection of its own (reconnected when it breaks)."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        member: Member | None = None,
+        ttl: float = 5.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
         self.url = url
+        self.member = member
+        """This standby's row in ``members``, announced with every third of ``ttl``
+        (None: it keeps none)."""
+        self.members: tuple[Member, ...] = ()
+        """The servers sharing the store, as last read."""
+        self._ttl = ttl
+        self._announced = -math.inf
         self._connect_timeout = max(1, round(connect_timeout))
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
@@ -493,7 +532,13 @@ class LeaseWatch:
                     application_name=_APPLICATION,
                     connect_timeout=self._connect_timeout,
                 )
-            return await read_lease(conn)
+            lease = await read_lease(conn)
+            now = time.monotonic()
+            if self.member is not None and now - self._announced >= self._ttl / 3:
+                await announce(conn, self.member, self._ttl)
+                self._announced = now
+            self.members = await read_members(conn)
+            return lease
         except psycopg.errors.UndefinedTable:
             return None
         except psycopg.Error as exc:
@@ -533,8 +578,13 @@ class LeaseWatch:
             return None
         return [str(name) for (name,) in topics], {str(n): int(p) for n, p in partitioned}
 
-    async def close(self) -> None:
-        """Close the connection."""
+    async def close(self, *, withdraw_member: bool = True) -> None:
+        """Close the connection, removing this standby's row from ``members`` unless
+        ``withdraw_member`` is False (it took over: the active's store keeps the row)."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        if conn is None:
+            return
+        if withdraw_member and self.member is not None and not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                await withdraw(conn, self.member.member)
+        await conn.close()

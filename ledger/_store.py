@@ -116,6 +116,18 @@ def is_no_space(exc: BaseException) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """A server sharing a store (PostgreSQL), and where clients reach it."""
+
+    member: str
+    """Unique per server process (a restarted server is a new member)."""
+    url: str | None
+    """Its advertised URL (None: not advertised)."""
+    kafka: str | None
+    """Its advertised Kafka address (``HOST:PORT``), None without a Kafka listener."""
+
+
+@dataclass(frozen=True, slots=True)
 class StorageMetrics:
     """What a store reports about its own storage (for ``/metrics``)."""
 
@@ -141,6 +153,10 @@ class Store(abc.ABC):
     """Whether an ordered subscription reads its next range as soon as a delivery ends
     (reads are a server's work beside the loop) rather than only while an ack waits for
     its commit (a reader thread would contend for the GIL with the consumer's pass)."""
+
+    members: tuple[Member, ...] = ()
+    """The servers sharing this store, as last read (a PostgreSQL store's, refreshed with
+    each lease renewal; none for a store only one server opens)."""
 
     def __init__(
         self,

@@ -93,7 +93,7 @@ from ._groups import GroupCoordinator
 from ._produce import ProduceApi
 from ._producers import Producers
 from ._session import SESSION, Authenticate, Session, may
-from ._standby import REFUSED, Leader, leader_at, node_id_of, refusal
+from ._standby import Leader, leader_at, node_id_of, refusal, refused
 from ._transactions import TxnApi
 
 log = logging.getLogger("txnstream.kafka")
@@ -236,7 +236,7 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         every other request when it is answered."""
         if self.engine.state is EngineState.STANDBY:
             await self._stand_by()
-            if api_key in REFUSED:
+            if refused(api_key, request):
                 assigned.set()
                 return refusal(api_key, request, version, self._leader() is not None)
         else:
@@ -258,6 +258,24 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         self._standing_by = True
         self.producers.clear()
         await self.groups.reset()
+
+    def _brokers(self, leader: Leader | None) -> list[Leader]:
+        """The brokers Metadata lists: the leader, this server, and every other server
+        sharing the store with a Kafka listener (``Engine.members``), each once.
+
+        A Kafka client learns the cluster from Metadata and forgets any broker it does not
+        list (librdkafka since 2.10, its bootstrap addresses included). Listing the
+        standbys, as a Kafka cluster lists its followers, leaves a client someone to ask
+        who leads once the active dies; listed alone, the dead active would be the only
+        broker it knows, and it would wait minutes for its re-bootstrap timer."""
+        found: dict[int, Leader] = {}
+        if leader is not None:
+            found[leader[0]] = leader
+        found.setdefault(self.node_id, (self.node_id, self.host, self.port))
+        for member in self.engine.members:
+            if (peer := leader_at(member.kafka)) is not None:
+                found.setdefault(peer[0], peer)
+        return list(found.values())
 
     def _leader(self) -> Leader | None:
         """The broker that leads every partition now: this one, or on a standby the active
@@ -314,7 +332,8 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
     async def metadata(self, request: Any, version: int) -> Any:
         """Topics with their partitions: a partitioned topic's N (partition i is topic
         ``{topic}-partition-{i}``, listed under the parent only), one for any other; the
-        leader of each, and the only broker listed, is the active (``_leader``)."""
+        leader of each is the active (``_leader``); the brokers are every server sharing
+        the store (``_brokers``)."""
         identity = SESSION.get(Session()).identity
         leader = self._leader()
         counts, plain = await self._catalog()
@@ -361,14 +380,10 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                     partitions=partitions,
                 )
             )
-        brokers = []
-        if leader is not None:
-            node, host, port = leader
-            brokers.append(
-                MetadataResponse.MetadataResponseBroker(
-                    node_id=node, host=host, port=port, rack=None
-                )
-            )
+        brokers = [
+            MetadataResponse.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
+            for node, host, port in self._brokers(leader)
+        ]
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=brokers,

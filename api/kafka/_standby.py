@@ -7,10 +7,14 @@ to another broker: the standby's listener is up and answers as a Kafka broker th
 nothing would.
 
 - ApiVersions and SASL as always.
-- Metadata lists one broker, the active (its advertised Kafka address, from the lease
-  row), as the leader of every partition and the controller; FindCoordinator names it
-  as the coordinator of every group and transactional id. The topics are the store's
-  (read from it: the standby's engine holds none).
+- Metadata names the active (its advertised Kafka address, from the lease row) as the
+  leader of every partition and the controller, and lists as brokers every server
+  sharing the store (``Engine.members``: the active and the standbys, as a Kafka
+  cluster lists its followers, so a client always knows someone to ask who leads);
+  FindCoordinator names the active as the coordinator of every group and transactional
+  id. The topics are the store's (read from it: the standby's engine holds none).
+- InitProducerId without a transactional id (an idempotent producer's) as the active
+  would: a random producer id.
 - Every other request gets the retriable error each client takes as "refresh metadata
   and go to the leader": NOT_LEADER_OR_FOLLOWER for partition requests (Produce, Fetch,
   ListOffsets), NOT_COORDINATOR for coordinator requests (transactions, groups, offsets),
@@ -98,6 +102,16 @@ def leader_at(address: str | None) -> Leader | None:
     except ValueError:
         return None  # (written by a server: cannot happen, but never a traceback)
     return node_id_of(address), host, port
+
+
+def refused(api_key: int, request: Any) -> bool:
+    """Whether a standby refuses ``request``: every request in :data:`REFUSED` but an
+    InitProducerId without a transactional id, which any broker answers (an idempotent
+    producer's id is random, nothing to look up; librdkafka asks any broker it is
+    connected to, and would ask a standby that refused it again and again)."""
+    if api_key == InitProducerIdRequest.API_KEY:
+        return request.transactional_id is not None
+    return api_key in REFUSED
 
 
 def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:

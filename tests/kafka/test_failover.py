@@ -36,7 +36,7 @@ from kafka.protocol.producer import (
 )
 from kafka_clients import consume
 from kafka_support import KafkaWire, produce_request, record_batch
-from support import free_ports, wait_for
+from support import free_ports, wait_for, wait_until
 
 from txnstream.api.kafka._standby import node_id_of
 
@@ -132,9 +132,10 @@ async def test_a_standby_names_the_active_and_a_client_of_the_standby_alone_prod
     wire = await KafkaWire.open(b.kafka_port)
     try:
         meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
-        assert [(x.node_id, x.host, x.port) for x in meta.brokers] == [
-            (a.node_id, "127.0.0.1", a.kafka_port)
-        ]
+        # every server is a broker (a client that knows them all can always ask one)
+        assert sorted((x.node_id, x.host, x.port) for x in meta.brokers) == sorted(
+            [(a.node_id, "127.0.0.1", a.kafka_port), (b.node_id, "127.0.0.1", b.kafka_port)]
+        )
         assert meta.controller_id == a.node_id != b.node_id
         assert [(t.name, [p.leader_id for p in t.partitions]) for t in meta.topics] == [
             ("orders", [a.node_id])
@@ -299,14 +300,33 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
     wait_for(condition, timeout, what, interval=0.05)
 
 
+async def _wait_brokers(server: KafkaServer, nodes: set[int]) -> None:
+    """Wait (bounded) until ``server``'s Metadata lists exactly the brokers ``nodes``."""
+    wire = await KafkaWire.open(server.kafka_port)
+
+    async def listed() -> bool:
+        meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
+        return {broker.node_id for broker in meta.brokers} == nodes
+
+    try:
+        await wait_until(listed, 30, f"{server.kafka} to list the brokers {nodes}", 0.05)
+    finally:
+        await wire.close()
+
+
 async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or_doubled(
     pair: tuple[KafkaServer, KafkaServer],
 ) -> None:
     a, b = pair
     _create(a, "plain", "txns")
-    bootstrap = f"{a.kafka},{b.kafka}"
+    # The idempotent producer knows only the active's address: it learns the standby
+    # from Metadata, which lists every server sharing the store (once the active read
+    # its row). The transactional one is given both: fenced, it starts a new producer,
+    # and a new client bootstrapped with only a dead server's address reaches nothing.
+    await _wait_brokers(a, {a.node_id, b.node_id})
     stop = threading.Event()
-    plain, txns = _Idempotent(bootstrap, stop), _Transactional(bootstrap, stop)
+    plain = _Idempotent(a.kafka, stop)
+    txns = _Transactional(f"{a.kafka},{b.kafka}", stop)
     plain.start()
     txns.start()
     try:
@@ -319,7 +339,9 @@ async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or
         _wait(
             lambda: len(plain.acked) >= acked + 200 and len(txns.committed) >= committed + 5,
             90,
-            "the producers to go on at the new active",
+            "the producers to go on at the new active"
+            f" (acknowledged {acked} -> {len(plain.acked)}, committed {committed} ->"
+            f" {len(txns.committed)}: each must grow by 200 and 5)",
         )
     finally:
         stop.set()
@@ -378,7 +400,9 @@ async def test_a_paused_active_stops_leading_and_stores_nothing_after_the_takeov
         assert part.error_code in (5, 6)
         a.wait_status("standby", 30)
         meta = await wire.call(MetadataRequest(topics=None), MetadataResponse, 8)
-        assert [(x.node_id, x.port) for x in meta.brokers] == [(b.node_id, b.kafka_port)]
+        assert sorted((x.node_id, x.port) for x in meta.brokers) == sorted(
+            [(a.node_id, a.kafka_port), (b.node_id, b.kafka_port)]
+        )
         assert [p.leader_id for t in meta.topics for p in t.partitions] == [b.node_id]
     finally:
         a.proc.send_signal(signal.SIGCONT)

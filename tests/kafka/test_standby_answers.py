@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from txnstream.api.kafka import APIS
-from txnstream.api.kafka._standby import REFUSED, node_id_of, refusal
+from txnstream.api.kafka._standby import REFUSED, node_id_of, refusal, refused
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -80,3 +80,13 @@ def test_node_ids_are_stable_per_address_and_differ_between_servers() -> None:
     ids = {node_id_of(f"10.0.0.{i}:9092") for i in range(1, 50)}
     assert len(ids) == 49
     assert all(0 <= i < 2**31 for i in ids)
+
+
+def test_a_standby_gives_an_idempotent_producer_its_id_and_refuses_a_transactional_one() -> None:
+    """librdkafka asks any broker it is connected to for an idempotent producer's id (a
+    standby too, now that Metadata lists every server): refused, it would ask the same
+    standby again and again."""
+    init = 22  # InitProducerId
+    assert not refused(init, NS(transactional_id=None))
+    assert refused(init, NS(transactional_id="t"))
+    assert all(refused(key, REQUEST) for key in REFUSED - {init})

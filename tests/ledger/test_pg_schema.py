@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 
 # PostgreSQL's own: the version row, the lease and the flush marks (SQLite has one writer
 # and a file lock)
-PG_ONLY = {"schema_version", "leases", "flush_marks"}
+PG_ONLY = {"schema_version", "leases", "members", "flush_marks"}
 
 
 async def pg_columns(conn: psycopg.AsyncConnection[Any]) -> dict[str, set[str]]:

@@ -18,13 +18,15 @@ from txnstream.ledger import (
     DB_FILE,
     DataDirLockedError,
     EngineFailedError,
+    Member,
     Position,
     Store,
     WriteBatch,
 )
 from txnstream.ledger._batch import OPERATIONS
+from txnstream.ledger._pg_members import LINGER
 from txnstream.ledger._pg_sql import RANGE, WRITES
-from txnstream.ledger._pg_store import PgStore
+from txnstream.ledger._pg_store import LeaseWatch, PgStore
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -272,6 +274,46 @@ async def test_a_second_server_is_refused_until_the_first_closes(pg_url: str) ->
         assert second.lease.epoch == 2
     finally:
         await second.close()
+
+
+async def test_every_server_sharing_the_store_knows_the_others(pg_url: str) -> None:
+    """The active (its store) and a standby (its lease watch) each keep a row in
+    ``members`` and read everyone's: each knows both; a standby that stops is dropped
+    at the active's next renewal, and a dead server lingers a while, then is dropped."""
+    active = await open_pg(
+        pg_url, lease_timeout=0.3, member="a", advertise_url="http://a", advertise_kafka="a:9092"
+    )
+    watch = LeaseWatch(pg_url, member=Member("b", "http://b", "b:9092"), ttl=0.3)
+    try:
+        lease = await watch.read()
+        assert lease is not None
+        assert lease.active_kafka == "a:9092"
+        assert watch.members == (
+            Member("a", "http://a", "a:9092"),
+            Member("b", "http://b", "b:9092"),
+        )
+
+        async def the_active_knows(names: set[str]) -> bool:
+            return {m.member for m in active.members} == names
+
+        await wait_until(lambda: the_active_knows({"a", "b"}), 10, "the active to see b")
+        await watch.close()  # b stops: its row goes
+        await wait_until(lambda: the_active_knows({"a"}), 10, "the active to drop b")
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+            # c died (its row expired) a little while ago: listed; d long ago: not
+            for member, ago in (("c", 1.0), ("d", LINGER + 5)):
+                await other.execute(
+                    "INSERT INTO members VALUES (%s, NULL, %s, clock_timestamp()"
+                    " - make_interval(secs => %s))",
+                    (member, f"{member}:9092", ago),
+                )
+        await wait_until(lambda: the_active_knows({"a", "c"}), 10, "the active to see c, not d")
+    finally:
+        await watch.close()
+        await active.close()
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+        rows = await (await other.execute("SELECT member FROM members ORDER BY 1")).fetchall()
+    assert rows == [("c",), ("d",)]  # a closed cleanly: its row went with it
 
 
 async def test_a_store_whose_lease_was_taken_over_writes_nothing_and_fails(
