@@ -27,6 +27,7 @@ Without PostgreSQL those tests skip, saying why; in CI (``CI`` set) they fail in
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -55,6 +56,17 @@ on PostgreSQL too."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Tests stop servers and CLI commands with Ctrl-C (SIGINT to the pid or its group). A
+    # suite started as a background job of a non-interactive shell (``make test &``) runs
+    # with SIGINT and SIGQUIT ignored, and ignored signals are inherited: the children
+    # would never see the Ctrl-C (Python keeps an ignored SIGINT ignored). Handled here,
+    # the children start with the default disposition, as from a terminal.
+    for signum, handler in (
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGQUIT, signal.SIG_DFL),
+    ):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, handler)
     config.addinivalue_line(
         "markers",
         "sqlite_only(reason): the test needs SQLite's files; it runs on the SQLite store only",

@@ -93,7 +93,12 @@ class _Follower:
     def stop(self) -> int:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGINT)
-        code = self.proc.wait(timeout=30)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # (never leave it behind)
+            self.proc.wait(timeout=10)
+            raise
         for pump in self.pumps:
             pump.join(timeout=10)
         for stream in (self.proc.stdout, self.proc.stderr):

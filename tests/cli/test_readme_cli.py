@@ -93,9 +93,14 @@ def test_readme_cli_examples_run_as_printed(tmp_path: Path) -> None:
             finally:
                 if shell.poll() is None:
                     os.killpg(shell.pid, signal.SIGINT)  # Ctrl-C, as the comment says
-                code = shell.wait(timeout=30)
-                for pump in pumps:
-                    pump.join(timeout=10)
+                try:
+                    code = shell.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(shell.pid, signal.SIGKILL)  # (else leaving `with` waits forever)
+                    raise
+                finally:
+                    for pump in pumps:
+                        pump.join(timeout=10)
     assert code == 130, (code, out, err)
     assert not any("Traceback" in line or line.startswith("error:") for line in err), err
     assert any(line.startswith("waiting: open transaction") for line in err), err
