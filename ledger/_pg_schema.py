@@ -29,7 +29,7 @@ from ._errors import LedgerError
 from ._pg_lease import LEASE_DDL, LEASE_DDL_V2
 from ._pg_write import MARKS_DDL
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 
 MIGRATION_LOCK = 0x7478_6E73_7472_6D00
 """The advisory lock key (``txnstrm\\0``) migrating openers serialise on."""
@@ -197,6 +197,15 @@ CREATE TABLE snapshots (
     + MARKS_DDL
 )
 
+PRODUCER_EPOCHS_DDL_V4 = """
+CREATE TABLE producer_epochs (
+    name    TEXT PRIMARY KEY,
+    epoch   BIGINT NOT NULL,
+    session TEXT NOT NULL,
+    used_ms BIGINT NOT NULL
+);
+"""
+
 # Each step brings the schema from version N-1 to N; a step, once released, never changes
 # (a database at N-1 must get exactly what a fresh one gets).
 _STEPS: dict[int, str] = {
@@ -204,6 +213,12 @@ _STEPS: dict[int, str] = {
     # 2: the lease row names the active's Kafka address too (a nullable column: the rows
     # a version-1 server wrote read as "no Kafka listener" until their next acquisition)
     2: LEASE_DDL_V2,
+    # 3: reserved for the cluster-membership change (its ``members`` table), developed
+    # beside step 4: a no-op here until that step replaces it
+    3: "SELECT 1",
+    # 4: each transactional id's producer epoch (SQLite's step 8), so a failover keeps
+    # fencing zombies and lets a producer go on with its epoch
+    4: PRODUCER_EPOCHS_DDL_V4,
 }
 
 

@@ -29,6 +29,22 @@ def scoped_name(owner: str | None, name: str) -> str:
     return name if owner is None else f"{_SCOPE}{owner}{_SCOPE}{name}"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ProducerEpoch:
+    """A transactional id's producer epoch, durable (see ``Coordinator.bump_epoch``).
+
+    Compared by identity: each bump makes a new one, and so does each load of the
+    coordinator (a restart, a failover), so a front door that keeps state beside it (a
+    Kafka producer's open transaction) knows that state is still this one's.
+    """
+
+    epoch: int
+    """Raised by every bump: a producer holding an older one is a zombie."""
+    session: str
+    """Unique to the bump that made this epoch (64 random bits), across expiries too:
+    state kept per producer incarnation (its sequence numbers) is named after it."""
+
+
 @dataclass(frozen=True, slots=True)
 class TxnInfo:
     """A transaction as clients see it (``reason`` once it ended: see :data:`REASONS`)."""
