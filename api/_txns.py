@@ -109,11 +109,11 @@ class Transactions:
     def producer_transaction(
         self, transactional_id: str, *, principal: PrincipalArg = None
     ) -> Transaction | None:
-        """The transaction the producer holding ``transactional_id`` is in, after a
-        restart or a failover as well: the id's newest transaction, open or ended by the
-        engine (timed out), until its producer ends it or a bump or a newer
-        :meth:`begin` fences it; None otherwise (also for a transaction that wrote
-        nothing yet: it has no durable record)."""
+        """The transaction the producer of ``transactional_id``'s current epoch is in,
+        after a restart or a failover as well: the newest one begun with the id since
+        the epoch's bump, open or ended by the engine (timed out), until its producer
+        ends it (commit, abort) or a newer :meth:`begin` fences it; None otherwise (also
+        for a transaction that wrote nothing yet: a crash forgets it)."""
         self._core.check_open()
         coordinator = self._core.rt.coordinator
         record = coordinator.producer_txn(transactional_id, owner_name(principal))

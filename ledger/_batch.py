@@ -84,7 +84,7 @@ TXN = "txn.put"
 FINISH_KEY = "txn.finish_key"
 TXNS_PRUNE = "txn.prune"
 PRODUCER_EPOCH = "txn.producer_epoch"
-"""``(name, epoch, session, used_ms)`` (upsert): a transactional id's producer epoch"""
+"""``(name, epoch, session, used_ms, txn_seq)`` (upsert): a transactional id's producer epoch"""
 PRODUCER_EPOCH_DROP = "txn.producer_epoch_drop"
 """``(name,)``"""
 # snapshots of transaction buffers
@@ -412,10 +412,13 @@ class WriteBatch:
         """Record a used ``finish`` idempotence key."""
         self.add(FINISH_KEY, (key, created_ms))
 
-    def put_producer_epoch(self, name: str, epoch: int, session: str, used_ms: int) -> None:
+    def put_producer_epoch(
+        self, name: str, epoch: int, session: str, used_ms: int, txn_seq: int | None
+    ) -> None:
         """Record the producer epoch of transactional id ``name`` (in its owner's
-        namespace), the bump's ``session`` and when the id was last used."""
-        self.add(PRODUCER_EPOCH, (name, epoch, session, used_ms))
+        namespace), the bump's ``session``, when the id was last used and the seq of the
+        epoch's newest transaction (None: none yet)."""
+        self.add(PRODUCER_EPOCH, (name, epoch, session, used_ms, txn_seq))
 
     def drop_producer_epoch(self, name: str) -> None:
         """Forget transactional id ``name``'s producer epoch (it expired)."""

@@ -202,7 +202,8 @@ CREATE TABLE producer_epochs (
     name    TEXT PRIMARY KEY,
     epoch   BIGINT NOT NULL,
     session TEXT NOT NULL,
-    used_ms BIGINT NOT NULL
+    used_ms BIGINT NOT NULL,
+    txn_seq BIGINT
 );
 """
 

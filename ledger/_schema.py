@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS producer_epochs (
     name    TEXT PRIMARY KEY,
     epoch   INTEGER NOT NULL,
     session TEXT NOT NULL,
-    used_ms INTEGER NOT NULL
+    used_ms INTEGER NOT NULL,
+    txn_seq INTEGER
 ) WITHOUT ROWID;
 """
 
@@ -198,9 +199,9 @@ CREATE TABLE IF NOT EXISTS delivery_times (
 ) WITHOUT ROWID;
 """,
     # producer epochs: each transactional id's current epoch (in its owner's namespace,
-    # as the coordinator scopes it), the session of the InitProducerId that bumped it,
-    # and when the id was last used (for its expiry), so a restart or a failover keeps
-    # fencing zombies and lets a producer go on with its epoch
+    # as the coordinator scopes it), the session of the bump that made it, when the id
+    # was last used (for its expiry) and the epoch's newest transaction (NULL: none yet),
+    # so a restart or a failover keeps fencing zombies and lets a producer go on
     8: PRODUCER_EPOCHS_DDL,
 }
 

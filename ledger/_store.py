@@ -803,8 +803,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def producer_epoch_rows(self) -> list[Row]:
-        """Every transactional id's producer epoch: ``(name, epoch, session, used_ms)``
-        (``name`` in its owner's namespace)."""
+        """Every transactional id's producer epoch: ``(name, epoch, session, used_ms,
+        txn_seq)`` (``name`` in its owner's namespace; ``txn_seq`` None or the seq of the
+        epoch's newest transaction)."""
 
     @abc.abstractmethod
     async def ended_txn_row(self, seq: int) -> Row | None:

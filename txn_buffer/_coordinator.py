@@ -45,6 +45,7 @@ from txnstream.ledger import (
     FencedError,
     InvalidArgumentError,
     TxnId,
+    TxnNotFoundError,
     TxnNotOpenError,
     WriteBatch,
     now_ms,
@@ -53,6 +54,7 @@ from txnstream.ledger import (
 
 from ._records import (
     FinishResult,
+    IdEpoch,
     PendingAck,
     ProducerEpoch,
     TxnRecord,
@@ -138,11 +140,12 @@ class Coordinator(TxnTable):
             owner=owner,
         )
         self._next_seq += 1
-        if holder_key is not None and (epoch := self._epochs.get(holder_key)) is not None:
-            # the id is in use: its epoch's expiry counts from here (the row rides the
-            # flush of the transaction's first write)
-            self._epoch_used[holder_key] = created
-            batch.put_producer_epoch(holder_key, epoch.epoch, epoch.session, created)
+        if holder_key is not None and (state := self._epochs.get(holder_key)) is not None:
+            # the epoch's producer is in this transaction now, and the id is in use (its
+            # expiry counts from here); the row rides the flush of the transaction's
+            # first write: before that, a crash forgets both, and nothing of it is lost
+            state.used_ms, state.txn_seq = created, record.txn_id.seq
+            state.write(batch, holder_key)
         if batch:
             self._store.submit(batch, wait=False)
         self._txns[record.txn_id.seq] = record
@@ -169,7 +172,8 @@ class Coordinator(TxnTable):
     ) -> ProducerEpoch | None:
         """``transactional_id``'s (of ``owner``) producer epoch; None if it has none
         (never bumped, or expired)."""
-        return self._epochs.get(_holder_key(transactional_id, owner))
+        state = self._epochs.get(_holder_key(transactional_id, owner))
+        return None if state is None else state.epoch
 
     async def bump_epoch(
         self, transactional_id: str, owner: str | None = None, *, at_least: int = 0
@@ -191,25 +195,30 @@ class Coordinator(TxnTable):
             del self._holders[key]  # the new epoch is in no transaction yet
         current = self._epochs.get(key)
         epoch = ProducerEpoch(
-            max(at_least, 0 if current is None else current.epoch + 1), secrets.token_hex(8)
+            max(at_least, 0 if current is None else current.epoch.epoch + 1),
+            secrets.token_hex(8),
         )
-        now = now_ms()
-        self._epochs[key] = epoch  # (memory first: a concurrent bump goes past this one)
-        self._epoch_used[key] = now
-        batch.put_producer_epoch(key, epoch.epoch, epoch.session, now)
+        state = self._epochs[key] = IdEpoch(epoch, now_ms())  # in no transaction yet
+        state.write(batch, key)  # (memory first: a concurrent bump goes past this one)
         await self._store.write(batch)
         return epoch
 
     def producer_txn(self, transactional_id: str, owner: str | None = None) -> TxnRecord | None:
-        """The transaction a producer of ``transactional_id`` (of ``owner``) is in: the
-        id's newest transaction, open or ended by the engine (a timeout, the low
-        watermark) — but not once its client ended it (commit, abort) or a newer holder
-        or epoch fenced it. It outlives restarts and failovers with the transaction's
-        row (a transaction that wrote nothing yet has none: then None)."""
-        holder = self._holders.get(_holder_key(transactional_id, owner))
-        if holder is None or holder.fenced or holder.reason == "client":
+        """The transaction the producer of ``transactional_id``'s (of ``owner``) epoch is
+        in: the epoch's newest transaction, open or ended by the engine (a timeout, the
+        low watermark), until its client ends it (commit, abort) or a newer holder
+        fences it; None otherwise. Durable with the transaction's first write (one that
+        wrote nothing yet is forgotten by a crash, with the epoch's link to it)."""
+        state = self._epochs.get(_holder_key(transactional_id, owner))
+        if state is None or state.txn_seq is None:
             return None
-        return holder
+        try:
+            record = self.get(TxnId(state.txn_seq))
+        except TxnNotFoundError:  # ended longer ago than ``ended_retention``
+            return None
+        if record.fenced or record.reason == "client":
+            return None
+        return record
 
     async def expire_epochs(self, idle: float) -> int:
         """Forget the producer epochs of transactional ids unused (no bump, no
@@ -218,15 +227,15 @@ class Coordinator(TxnTable):
         horizon = now_ms() - round(idle * 1000)
         gone = [
             key
-            for key, used in self._epoch_used.items()
-            if used < horizon
+            for key, state in self._epochs.items()
+            if state.used_ms < horizon
             and ((holder := self._holders.get(key)) is None or holder.state.is_ended)
         ]
         if not gone:
             return 0
         batch = WriteBatch()
         for key in gone:
-            del self._epochs[key], self._epoch_used[key]
+            del self._epochs[key]
             batch.drop_producer_epoch(key)
         await self._store.write(batch)
         return len(gone)

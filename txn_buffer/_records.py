@@ -29,6 +29,23 @@ def scoped_name(owner: str | None, name: str) -> str:
     return name if owner is None else f"{_SCOPE}{owner}{_SCOPE}{name}"
 
 
+@dataclass(slots=True)
+class IdEpoch:
+    """What the coordinator keeps of a transactional id with a producer epoch (one row)."""
+
+    epoch: ProducerEpoch
+    used_ms: int
+    """When it was last bumped or began a transaction (its expiry counts from there)."""
+    txn_seq: int | None = None
+    """The epoch's newest transaction (None: none yet): the one its producer is in."""
+
+    def write(self, batch: WriteBatch, name: str) -> None:
+        """Upsert its row (``name``: the id in its owner's namespace) into ``batch``."""
+        batch.put_producer_epoch(
+            name, self.epoch.epoch, self.epoch.session, self.used_ms, self.txn_seq
+        )
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ProducerEpoch:
     """A transactional id's producer epoch, durable (see ``Coordinator.bump_epoch``).

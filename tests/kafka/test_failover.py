@@ -50,6 +50,12 @@ LEASE = 1.0
 """The servers' --lease-timeout (s): short, so the test is."""
 TAKEOVER = LEASE + 8.0
 """Seconds a takeover may take on a loaded 2-core machine."""
+METADATA_REFRESH_MS = 1000
+"""The producers' ``topic.metadata.refresh.interval.ms``. librdkafka asks for metadata
+when the active's connection drops; a standby answers that the active (whose lease has
+not expired yet) still leads, and the client then keeps the partition on the dead
+broker until its next periodic refresh (5 minutes by default): an idle partition's
+queued records would time out first (seen here: 1 run in ~8)."""
 
 
 class KafkaServer:
@@ -200,6 +206,7 @@ class _Idempotent(threading.Thread):
                     "linger.ms": 5,
                     "message.timeout.ms": 60_000,
                     "reconnect.backoff.max.ms": 500,
+                    "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
                 }
             )
             n = 0
@@ -238,6 +245,7 @@ class _Transactional(threading.Thread):
                 "transactional.id": "failover-txn",
                 "linger.ms": 5,
                 "reconnect.backoff.max.ms": 500,
+                "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
             }
         )
         producer.init_transactions(60)
@@ -362,6 +370,7 @@ def _txn_settings(bootstrap: str, transactional_id: str) -> dict[str, Any]:
         "message.timeout.ms": 60_000,
         "transaction.timeout.ms": 60_000,
         "reconnect.backoff.max.ms": 500,
+        "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
     }
 
 
