@@ -45,7 +45,7 @@ from txnstream.ledger import lazy_attributes as _lazy_attributes
 
 if typing.TYPE_CHECKING:
     from txnstream.dispatcher import AbortedTxnRange, FetchedEntry, FetchResult, Message
-    from txnstream.txn_buffer import FinishResult, TxnInfo, TxnState
+    from txnstream.txn_buffer import FinishResult, ProducerEpoch, TxnInfo, TxnState
 
     from ._config import EngineConfig, RetentionPolicy
     from ._core import EngineState, Health, Principal, ProduceResult
@@ -68,6 +68,7 @@ _LAZY: dict[str, str] = {
     "FetchResult": "txnstream.dispatcher",
     "Message": "txnstream.dispatcher",
     "FinishResult": "txnstream.txn_buffer",
+    "ProducerEpoch": "txnstream.txn_buffer",
     "TxnInfo": "txnstream.txn_buffer",
     "TxnState": "txnstream.txn_buffer",
     "EngineConfig": "._config",
@@ -135,6 +136,7 @@ __all__ = [
     "Position",
     "Principal",
     "ProduceResult",
+    "ProducerEpoch",
     "RecoverySummary",
     "RemoteStorageError",
     "RetentionPolicy",

@@ -44,9 +44,9 @@ class EngineConfig:
     Kafka listener answers one not starting at sequence 0 UNKNOWN_PRODUCER_ID, and the
     client starts over with a new producer id)."""
     transactional_id_expiry: float = 604800.0
-    """The Kafka listener forgets a transactional id (its producer id and epoch) that no
-    request used for this many seconds and that has no open transaction (Kafka's
-    ``transactional.id.expiration.ms``): its next InitProducerId starts it over."""
+    """The Kafka listener forgets a transactional id (its durable producer epoch) with no
+    InitProducerId and no transaction begun for this many seconds and no open transaction
+    (Kafka's ``transactional.id.expiration.ms``): its next InitProducerId starts it over."""
     max_pending_entries: int = 20_000
     """Backpressure: appends wait while more entries than this await their group commit."""
     retention_check_interval: float = 30.0

@@ -210,6 +210,11 @@ class Engine:
     get_transaction = _Part("_transactions", Transactions.get_transaction)
     transactions = _Part("_transactions", Transactions.transactions)
     iter_transactions = _Part("_transactions", Transactions.iter_transactions)
+    producer_epoch = _Part("_transactions", Transactions.producer_epoch)
+    bump_producer_epoch = _Part("_transactions", Transactions.bump_producer_epoch)
+    producer_transaction = _Part("_transactions", Transactions.producer_transaction)
+    expire_producer_epochs = _Part("_transactions", Transactions.expire_producer_epochs)
+    sync = _Part("_transactions", Transactions.sync)
 
     # -- consuming -------------------------------------------------------------------
     subscribe = _Part("_consuming", PartitionedConsuming.subscribe)

@@ -3,6 +3,13 @@
 A transaction's sends go through the producing part and its acks through the consuming
 part; the :class:`~txnstream.api.Transaction` handle :meth:`Transactions.begin` returns
 holds all three.
+
+Producer epochs: a front door whose producers fence each other by epoch (the Kafka
+listener's transactional ids) keeps each id's epoch here, durable with the
+transactions: :meth:`Transactions.bump_producer_epoch` fences the id's transaction and
+raises its epoch in one flush, :meth:`Transactions.producer_transaction` finds the
+transaction a producer is in after a restart or a failover, and
+:meth:`Transactions.sync` makes pipelined work durable before it is acknowledged.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 
 from txnstream.ledger import FencedError, InvalidArgumentError, TxnId
-from txnstream.txn_buffer import FinishResult, TxnInfo, TxnRecord, TxnState
+from txnstream.txn_buffer import FinishResult, ProducerEpoch, TxnInfo, TxnRecord, TxnState
 
 from ._core import Core, PrincipalArg, as_principal, is_restricted, owner_name
 from ._handles import Transaction, TransactionScope
@@ -73,6 +80,57 @@ class Transactions:
             # wait: see Coordinator.holder_undecided.)
             await rt.store.flush()
         return self.handle(record.txn_id)
+
+    def producer_epoch(
+        self, transactional_id: str, *, principal: PrincipalArg = None
+    ) -> ProducerEpoch | None:
+        """``transactional_id``'s current producer epoch (scoped to ``principal``, as
+        :meth:`begin` scopes it); None when it has none (never bumped, or expired)."""
+        self._core.check_open()
+        return self._core.rt.coordinator.producer_epoch(transactional_id, owner_name(principal))
+
+    async def bump_producer_epoch(
+        self, transactional_id: str, *, at_least: int = 0, principal: PrincipalArg = None
+    ) -> ProducerEpoch:
+        """Give ``transactional_id`` a new producer epoch, durable on return: one past
+        its current one (0 the first time, and after it expired), and at least
+        ``at_least``. The transaction holding the id is fenced (aborted if open) in the
+        same flush, as a :meth:`begin` with the id would: a producer with an older epoch
+        is a zombie, after a restart or a failover too."""
+        self._core.check_open()
+        store = self._core.rt.store
+        if store.over_limit or store.failure is not None:
+            await store.wait_writable()
+            self._core.check_open()
+        return await self._core.rt.coordinator.bump_epoch(
+            transactional_id, owner_name(principal), at_least=at_least
+        )
+
+    def producer_transaction(
+        self, transactional_id: str, *, principal: PrincipalArg = None
+    ) -> Transaction | None:
+        """The transaction the producer of ``transactional_id``'s current epoch is in,
+        after a restart or a failover as well: the newest one begun with the id since
+        the epoch's bump, open or ended by the engine (timed out), until its producer
+        ends it (commit, abort) or a newer :meth:`begin` fences it; None otherwise (also
+        for a transaction that wrote nothing yet: a crash forgets it)."""
+        self._core.check_open()
+        coordinator = self._core.rt.coordinator
+        record = coordinator.producer_txn(transactional_id, owner_name(principal))
+        return None if record is None else self.handle(record.txn_id)
+
+    async def expire_producer_epochs(self, idle: float) -> int:
+        """Forget the producer epochs of transactional ids unused for ``idle`` seconds
+        (no bump, no transaction begun) that hold no open transaction; returns how many."""
+        self._core.check_open()
+        return await self._core.rt.coordinator.expire_epochs(idle)
+
+    async def sync(self) -> None:
+        """Return once everything submitted so far is durable (pipelined transactional
+        sends and acks included): what a front door awaits before it acknowledges
+        pipelined work that must survive a crash or a failover."""
+        self._core.check_open()
+        await self._core.rt.store.flush()
 
     def transaction(
         self,

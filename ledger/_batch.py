@@ -83,6 +83,10 @@ NEXT_TXN_SEQ = "txn.next_seq"
 TXN = "txn.put"
 FINISH_KEY = "txn.finish_key"
 TXNS_PRUNE = "txn.prune"
+PRODUCER_EPOCH = "txn.producer_epoch"
+"""``(name, epoch, session, used_ms, txn_seq)`` (upsert): a transactional id's producer epoch"""
+PRODUCER_EPOCH_DROP = "txn.producer_epoch_drop"
+"""``(name,)``"""
 # snapshots of transaction buffers
 SNAPSHOT = "snapshot.put"
 SNAPSHOTS_UPTO_DROP = "snapshot.drop_upto"
@@ -407,6 +411,18 @@ class WriteBatch:
     def put_finish_key(self, key: str, created_ms: int) -> None:
         """Record a used ``finish`` idempotence key."""
         self.add(FINISH_KEY, (key, created_ms))
+
+    def put_producer_epoch(
+        self, name: str, epoch: int, session: str, used_ms: int, txn_seq: int | None
+    ) -> None:
+        """Record the producer epoch of transactional id ``name`` (in its owner's
+        namespace), the bump's ``session``, when the id was last used and the seq of the
+        epoch's newest transaction (None: none yet)."""
+        self.add(PRODUCER_EPOCH, (name, epoch, session, used_ms, txn_seq))
+
+    def drop_producer_epoch(self, name: str) -> None:
+        """Forget transactional id ``name``'s producer epoch (it expired)."""
+        self.add(PRODUCER_EPOCH_DROP, (name,))
 
     def prune_txns(self, ended_before_ms: int) -> None:
         """Delete the rows of transactions that ended before ``ended_before_ms``."""

@@ -5,8 +5,8 @@ and ``entries`` (the latter two written by :class:`~txnstream.ledger.ManagedLedg
 ``producers`` (idempotent-producer state, durable in the same batch as the data it
 describes) and ``aborted_txns`` (Kafka's per-ledger aborted-transaction index, written
 in the batch of the ABORT marker). Upper layers own their own tables — the coordinator
-``txns``/``finish_keys``, the dispatcher ``subscriptions``, snapshots ``snapshots`` and
-``snapshot_segments`` — and never write these.
+``txns``/``finish_keys``/``producer_epochs``, the dispatcher ``subscriptions``, snapshots
+``snapshots`` and ``snapshot_segments`` — and never write these.
 
 Methods named ``prepare_*`` add statements to a :class:`~txnstream.ledger.WriteBatch` (durable
 with whatever else the batch carries); the ``async`` ones read through the store.

@@ -31,7 +31,7 @@ from ._pg_lease import LEASE_DDL, LEASE_DDL_V2
 from ._pg_members import MEMBERS_DDL_V3
 from ._pg_write import MARKS_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATION_LOCK = 0x7478_6E73_7472_6D00
 """The advisory lock key (``txnstrm\\0``) migrating openers serialise on."""
@@ -199,6 +199,16 @@ CREATE TABLE snapshots (
     + MARKS_DDL
 )
 
+PRODUCER_EPOCHS_DDL_V4 = """
+CREATE TABLE producer_epochs (
+    name    TEXT PRIMARY KEY,
+    epoch   BIGINT NOT NULL,
+    session TEXT NOT NULL,
+    used_ms BIGINT NOT NULL,
+    txn_seq BIGINT
+);
+"""
+
 # Each step brings the schema from version N-1 to N; a step, once released, never changes
 # (a database at N-1 must get exactly what a fresh one gets).
 _STEPS: dict[int, str] = {
@@ -208,6 +218,9 @@ _STEPS: dict[int, str] = {
     2: LEASE_DDL_V2,
     # 3: every server sharing the store has a row (Kafka Metadata lists them all)
     3: MEMBERS_DDL_V3,
+    # 4: each transactional id's producer epoch (SQLite's step 8), so a failover keeps
+    # fencing zombies and lets a producer go on with its epoch
+    4: PRODUCER_EPOCHS_DDL_V4,
 }
 
 

@@ -132,6 +132,10 @@ WRITES: dict[str, str] = {
     + ", ".join(f"{column} = EXCLUDED.{column}" for column in _TXN_COLUMNS),
     op.FINISH_KEY: _upsert("finish_keys", ("key",), ("created_ms",)),
     op.TXNS_PRUNE: "DELETE FROM txns WHERE state <> 'open' AND ended_ms < %s",
+    op.PRODUCER_EPOCH: _upsert(
+        "producer_epochs", ("name",), ("epoch", "session", "used_ms", "txn_seq")
+    ),
+    op.PRODUCER_EPOCH_DROP: "DELETE FROM producer_epochs WHERE name = %s",
     # snapshots
     op.SNAPSHOT: _upsert(
         "snapshots",
@@ -260,6 +264,7 @@ TXNS = (
     " WHERE state = 'open' OR (ended_ms >= %s AND seq >= %s) ORDER BY seq"
 )
 FINISH_KEYS = "SELECT key FROM finish_keys ORDER BY key"
+PRODUCER_EPOCHS = "SELECT name, epoch, session, used_ms, txn_seq FROM producer_epochs ORDER BY name"
 ENDED_ROWS = (
     "SELECT seq, state, timeout_ms, deadline_ms, label, fenced::int, topics, created_ms,"
     " reason, owner FROM txns WHERE state <> 'open'"

@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 DB_FILE = "txnstream.db"
 """The name of the one SQLite file in a data directory."""
+
+PRODUCER_EPOCHS_DDL = """
+CREATE TABLE IF NOT EXISTS producer_epochs (
+    name    TEXT PRIMARY KEY,
+    epoch   INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    used_ms INTEGER NOT NULL,
+    txn_seq INTEGER
+) WITHOUT ROWID;
+"""
 
 # Every table lives in the same file, so one SQLite transaction (one group commit) can
 # carry data, markers, coordinator decisions and cursor updates atomically.
@@ -188,6 +198,11 @@ CREATE TABLE IF NOT EXISTS delivery_times (
     PRIMARY KEY (topic_id, ledger_id, entry_id)
 ) WITHOUT ROWID;
 """,
+    # producer epochs: each transactional id's current epoch (in its owner's namespace,
+    # as the coordinator scopes it), the session of the bump that made it, when the id
+    # was last used (for its expiry) and the epoch's newest transaction (NULL: none yet),
+    # so a restart or a failover keeps fencing zombies and lets a producer go on
+    8: PRODUCER_EPOCHS_DDL,
 }
 
 

@@ -65,6 +65,7 @@ class ReadStatements(Protocol):
     NTH_NEWEST_ENDED: str
     TXNS: str
     FINISH_KEYS: str
+    PRODUCER_EPOCHS: str
     ENDED_ROWS: str
     """Every ended transaction's row (``... WHERE state <> 'open'``): filters are added."""
     ENDED_TXN: str
@@ -290,6 +291,9 @@ class SqlStore(Store):
 
     async def finish_keys(self) -> list[str]:
         return [key for (key,) in await self.read(self._sql.FINISH_KEYS)]
+
+    async def producer_epoch_rows(self) -> list[Row]:
+        return await self.read(self._sql.PRODUCER_EPOCHS)
 
     async def ended_txn_row(self, seq: int) -> Row | None:
         rows = await self.read(self._sql.ENDED_TXN, (seq,))

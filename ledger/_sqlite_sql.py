@@ -82,6 +82,9 @@ WRITES: dict[str, str] = {
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     op.FINISH_KEY: "INSERT OR REPLACE INTO finish_keys (key, created_ms) VALUES (?, ?)",
     op.TXNS_PRUNE: "DELETE FROM txns WHERE state != 'open' AND ended_ms < ?",
+    op.PRODUCER_EPOCH: "INSERT OR REPLACE INTO producer_epochs (name, epoch, session, used_ms,"
+    " txn_seq) VALUES (?, ?, ?, ?, ?)",
+    op.PRODUCER_EPOCH_DROP: "DELETE FROM producer_epochs WHERE name = ?",
     # snapshots
     op.SNAPSHOT: "INSERT OR REPLACE INTO snapshots (topic_id, snapshot_id, ledger_id, entry_id,"
     " taken_ms, data) VALUES (?, ?, ?, ?, ?, ?)",
@@ -201,6 +204,7 @@ TXNS = (
     " WHERE state = 'open' OR (ended_ms >= ? AND seq >= ?) ORDER BY seq"
 )
 FINISH_KEYS = "SELECT key FROM finish_keys"
+PRODUCER_EPOCHS = "SELECT name, epoch, session, used_ms, txn_seq FROM producer_epochs"
 ENDED_ROWS = (
     "SELECT seq, state, timeout_ms, deadline_ms, label, fenced, topics, created_ms, reason,"
     " owner FROM txns WHERE state != 'open'"

@@ -9,8 +9,9 @@ exists above ``ledger/`` (``tests/test_storage_seam.py`` checks it):
   catalog (``create_topic``, ``put_retention``, ``put_offload_policy``, ``put_ttl``,
   ``drop_topic``, ``put_producer``), subscriptions (``create_subscription``,
   ``put_cursor``, ``put_subscription_policy``, ``put_redelivery``, ``drop_subscription``),
-  the coordinator (``reserve_txn_seqs``, ``record_txn``,
-  ``put_finish_key``, ``prune_txns``) and snapshots (``put_snapshot``,
+  the coordinator (``reserve_txn_seqs``, ``record_txn``, ``put_finish_key``,
+  ``prune_txns``, ``put_producer_epoch``, ``drop_producer_epoch``) and snapshots
+  (``put_snapshot``,
   ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
 * **Reads** are typed coroutines of the store, by the same domains (``ledger_rows``,
   ``read_range``, ``topic_rows``, ``subscription_rows``, ``txn_rows``,
@@ -815,6 +816,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def finish_keys(self) -> list[str]:
         """Every recorded ``finish`` idempotence key."""
+
+    @abc.abstractmethod
+    async def producer_epoch_rows(self) -> list[Row]:
+        """Every transactional id's producer epoch: ``(name, epoch, session, used_ms,
+        txn_seq)`` (``name`` in its owner's namespace; ``txn_seq`` None or the seq of the
+        epoch's newest transaction)."""
 
     @abc.abstractmethod
     async def ended_txn_row(self, seq: int) -> Row | None:

@@ -83,6 +83,7 @@ DOCUMENTED_API = [
     "Position",
     "Principal",
     "ProduceResult",
+    "ProducerEpoch",
     "RecoverySummary",
     "RemoteStorageError",
     "RetentionPolicy",
@@ -153,6 +154,12 @@ ENGINE_METHODS = [
     "get_transaction",
     "transactions",
     "iter_transactions",
+    # producer epochs of transactional ids (the Kafka listener's, durable)
+    "producer_epoch",
+    "bump_producer_epoch",
+    "producer_transaction",
+    "expire_producer_epochs",
+    "sync",
     # consuming
     "subscribe",
     "create_subscription",

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 
 from txnstream.ledger import (
@@ -44,6 +45,7 @@ from txnstream.ledger import (
     FencedError,
     InvalidArgumentError,
     TxnId,
+    TxnNotFoundError,
     TxnNotOpenError,
     WriteBatch,
     now_ms,
@@ -52,7 +54,9 @@ from txnstream.ledger import (
 
 from ._records import (
     FinishResult,
+    IdEpoch,
     PendingAck,
+    ProducerEpoch,
     TxnRecord,
     _not_open,
     scoped_name,
@@ -69,6 +73,15 @@ _MAX_LABEL = 200
 _ID_BLOCK = 1000
 _OUTCOME = {TxnState.COMMITTING: TxnState.COMMITTED, TxnState.ABORTING: TxnState.ABORTED}
 _NO_ACKS = pack([])
+
+
+def _holder_key(transactional_id: str, owner: str | None) -> str:
+    """``transactional_id`` in ``owner``'s namespace, both checked."""
+    if not isinstance(transactional_id, str) or not 0 < len(transactional_id) <= _MAX_LABEL:
+        raise InvalidArgumentError("transactional_id must be a non-empty string ≤ 200 chars")
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise InvalidArgumentError("owner must be a non-empty string")
+    return scoped_name(owner, transactional_id)
 
 
 class Coordinator(TxnTable):
@@ -96,22 +109,14 @@ class Coordinator(TxnTable):
             raise InvalidArgumentError(f"timeout must be in (0, {self.max_timeout}] seconds")
         if label is not None and (not isinstance(label, str) or len(label) > _MAX_LABEL):
             raise InvalidArgumentError(f"label must be a string of at most {_MAX_LABEL} chars")
-        if transactional_id is not None and (
-            not isinstance(transactional_id, str) or not 0 < len(transactional_id) <= _MAX_LABEL
-        ):
-            raise InvalidArgumentError("transactional_id must be a non-empty string ≤ 200 chars")
-        if owner is not None and (not isinstance(owner, str) or not owner):
+        holder_key = None
+        if transactional_id is not None:
+            holder_key = _holder_key(transactional_id, owner)
+        elif owner is not None and (not isinstance(owner, str) or not owner):
             raise InvalidArgumentError("owner must be a non-empty string")
-        holder_key = None if transactional_id is None else scoped_name(owner, transactional_id)
         batch = WriteBatch()
         if holder_key is not None:
-            previous = self._holders.get(holder_key)
-            if previous is not None:
-                previous.fenced = True
-                if previous.state is TxnState.OPEN:
-                    self._prepare_end(batch, previous, commit=False, reason="fenced")
-                else:
-                    self.write_row(batch, previous)
+            self._fence_holder(batch, holder_key)
         if self._next_seq >= self._reserved_upto - _ID_BLOCK // 2:
             # Reserve the next block early, so callers rarely wait for it to be durable.
             self._reserved_upto = max(self._reserved_upto, self._next_seq) + _ID_BLOCK
@@ -135,6 +140,12 @@ class Coordinator(TxnTable):
             owner=owner,
         )
         self._next_seq += 1
+        if holder_key is not None and (state := self._epochs.get(holder_key)) is not None:
+            # the epoch's producer is in this transaction now, and the id is in use (its
+            # expiry counts from here); the row rides the flush of the transaction's
+            # first write: before that, a crash forgets both, and nothing of it is lost
+            state.used_ms, state.txn_seq = created, record.txn_id.seq
+            state.write(batch, holder_key)
         if batch:
             self._store.submit(batch, wait=False)
         self._txns[record.txn_id.seq] = record
@@ -142,6 +153,92 @@ class Coordinator(TxnTable):
             self._holders[holder_key] = record
         self._add_deadline(record)
         return record
+
+    def _fence_holder(self, batch: WriteBatch, holder_key: str) -> TxnRecord | None:
+        """Fence the transaction holding ``holder_key`` (aborting it if open), in ``batch``."""
+        previous = self._holders.get(holder_key)
+        if previous is not None:
+            previous.fenced = True
+            if previous.state is TxnState.OPEN:
+                self._prepare_end(batch, previous, commit=False, reason="fenced")
+            else:
+                self.write_row(batch, previous)
+        return previous
+
+    # -- producer epochs -----------------------------------------------------------
+
+    def producer_epoch(
+        self, transactional_id: str, owner: str | None = None
+    ) -> ProducerEpoch | None:
+        """``transactional_id``'s (of ``owner``) producer epoch; None if it has none
+        (never bumped, or expired)."""
+        state = self._epochs.get(_holder_key(transactional_id, owner))
+        return None if state is None else state.epoch
+
+    async def bump_epoch(
+        self, transactional_id: str, owner: str | None = None, *, at_least: int = 0
+    ) -> ProducerEpoch:
+        """Give ``transactional_id`` (of ``owner``) a new producer epoch, durable on
+        return: one past its current one (0 for an id with none), at least ``at_least``.
+
+        Like a :meth:`begin` with the id, it fences the transaction holding it (aborting
+        it if open), in the same flush as the new epoch: whoever holds an older epoch
+        is a zombie from then on, across restarts and failovers (the write is fenced
+        like every write of the store: a server that lost the lease cannot bump).
+        """
+        if isinstance(at_least, bool) or not isinstance(at_least, int) or at_least < 0:
+            raise InvalidArgumentError("at_least must be a non-negative integer")
+        key = _holder_key(transactional_id, owner)
+        self._store.check_writable()
+        batch = WriteBatch()
+        if self._fence_holder(batch, key) is not None:
+            del self._holders[key]  # the new epoch is in no transaction yet
+        current = self._epochs.get(key)
+        epoch = ProducerEpoch(
+            max(at_least, 0 if current is None else current.epoch.epoch + 1),
+            secrets.token_hex(8),
+        )
+        state = self._epochs[key] = IdEpoch(epoch, now_ms())  # in no transaction yet
+        state.write(batch, key)  # (memory first: a concurrent bump goes past this one)
+        await self._store.write(batch)
+        return epoch
+
+    def producer_txn(self, transactional_id: str, owner: str | None = None) -> TxnRecord | None:
+        """The transaction the producer of ``transactional_id``'s (of ``owner``) epoch is
+        in: the epoch's newest transaction, open or ended by the engine (a timeout, the
+        low watermark), until its client ends it (commit, abort) or a newer holder
+        fences it; None otherwise. Durable with the transaction's first write (one that
+        wrote nothing yet is forgotten by a crash, with the epoch's link to it)."""
+        state = self._epochs.get(_holder_key(transactional_id, owner))
+        if state is None or state.txn_seq is None:
+            return None
+        try:
+            record = self.get(TxnId(state.txn_seq))
+        except TxnNotFoundError:  # ended longer ago than ``ended_retention``
+            return None
+        if record.fenced or record.reason == "client":
+            return None
+        return record
+
+    async def expire_epochs(self, idle: float) -> int:
+        """Forget the producer epochs of transactional ids unused (no bump, no
+        transaction begun) for ``idle`` seconds and holding no undecided transaction;
+        returns how many. Such an id starts over: its next bump gives epoch 0."""
+        horizon = now_ms() - round(idle * 1000)
+        gone = [
+            key
+            for key, state in self._epochs.items()
+            if state.used_ms < horizon
+            and ((holder := self._holders.get(key)) is None or holder.state.is_ended)
+        ]
+        if not gone:
+            return 0
+        batch = WriteBatch()
+        for key in gone:
+            del self._epochs[key]
+            batch.drop_producer_epoch(key)
+        await self._store.write(batch)
+        return len(gone)
 
     def holder_undecided(self, transactional_id: str | None, owner: str | None = None) -> bool:
         """Whether ``transactional_id`` (of ``owner``) is held by a transaction with no

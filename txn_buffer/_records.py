@@ -29,6 +29,39 @@ def scoped_name(owner: str | None, name: str) -> str:
     return name if owner is None else f"{_SCOPE}{owner}{_SCOPE}{name}"
 
 
+@dataclass(slots=True)
+class IdEpoch:
+    """What the coordinator keeps of a transactional id with a producer epoch (one row)."""
+
+    epoch: ProducerEpoch
+    used_ms: int
+    """When it was last bumped or began a transaction (its expiry counts from there)."""
+    txn_seq: int | None = None
+    """The epoch's newest transaction (None: none yet): the one its producer is in."""
+
+    def write(self, batch: WriteBatch, name: str) -> None:
+        """Upsert its row (``name``: the id in its owner's namespace) into ``batch``."""
+        batch.put_producer_epoch(
+            name, self.epoch.epoch, self.epoch.session, self.used_ms, self.txn_seq
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProducerEpoch:
+    """A transactional id's producer epoch, durable (see ``Coordinator.bump_epoch``).
+
+    Compared by identity: each bump makes a new one, and so does each load of the
+    coordinator (a restart, a failover), so a front door that keeps state beside it (a
+    Kafka producer's open transaction) knows that state is still this one's.
+    """
+
+    epoch: int
+    """Raised by every bump: a producer holding an older one is a zombie."""
+    session: str
+    """Unique to the bump that made this epoch (64 random bits), across expiries too:
+    state kept per producer incarnation (its sequence numbers) is named after it."""
+
+
 @dataclass(frozen=True, slots=True)
 class TxnInfo:
     """A transaction as clients see it (``reason`` once it ended: see :data:`REASONS`)."""

@@ -26,7 +26,9 @@ from txnstream.ledger import (
 from ._records import (
     _REASON_CODES,
     AckParticipant,
+    IdEpoch,
     PendingAck,
+    ProducerEpoch,
     TxnInfo,
     TxnRecord,
     _from_outcome,
@@ -171,6 +173,7 @@ class TxnTable:
         self._deadlines: list[tuple[int, int]] = []
         self._deadline_changed = asyncio.Event()
         self._finish_keys: set[str] = set()
+        self._epochs: dict[str, IdEpoch] = {}  # by transactional id (scoped)
         self.checked_at = 0
         """When :meth:`check_open` last looked at a clock (ms): a send stamps its
         message with it rather than reading the clock again."""
@@ -251,6 +254,8 @@ class TxnTable:
         if rows:  # ordered by seq
             self._next_seq = max(self._next_seq, rows[-1][0] + 1)
         self._finish_keys = set(await self._store.finish_keys())
+        for name, epoch, session, used_ms, txn_seq in await self._store.producer_epoch_rows():
+            self._epochs[name] = IdEpoch(ProducerEpoch(epoch, session), used_ms, txn_seq)
 
     # -- lookups -------------------------------------------------------------------
 

@@ -224,8 +224,27 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         expiry = self.engine.config.transactional_id_expiry
         while True:
             await asyncio.sleep(min(expiry / 10, _EXPIRY_CHECK))
-            if expired := self.producers.expire(expiry):
+            if self.engine.state is not EngineState.OPEN:
+                continue  # (a standby's: the active expires them, in the store)
+            try:
+                expired = await self.engine.expire_producer_epochs(expiry)
+                self._drop_forgotten_producers()
+            except EngineError as exc:  # (it stepped down, or its store failed, meanwhile)
+                log.info("could not expire transactional ids now: %s", exc)
+                continue
+            if expired:
                 log.info("forgot %d transactional id(s) idle for %ss", expired, expiry)
+
+    def _drop_forgotten_producers(self) -> None:
+        """Drop the cached producers whose epoch the engine no longer has."""
+        for producer in self.producers.cached():
+            tid, who = producer.transactional_id, producer.principal
+            if (
+                self.engine.producer_epoch(tid, principal=who) is None
+                and not producer.lock.locked()
+            ):
+                self.producers.drop(tid, who)
+        self.producers.prune_locks()
 
     async def handle(
         self, api_key: int, request: Any, version: int, assigned: asyncio.Event
@@ -250,8 +269,8 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
 
     async def _stand_by(self) -> None:
         """This server is (or became) a standby: forget the producers and groups of its
-        term as the active. Their state moved with the lease: a producer that comes back
-        after another term must initialise again (its epoch is not known here), and a
+        term as the active. Their state moved with the lease: a producer's epoch and
+        transaction are the store's (the next active rebuilds them from it), and a
         group's members join again."""
         if self._standing_by:
             return

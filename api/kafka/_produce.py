@@ -16,11 +16,11 @@ from txnstream.api import (
     TxnId,
 )
 
-from ._base import BrokerBase
 from ._codes import ErrorCode
 from ._producers import TxnProducer, producer_name
 from ._records import RecordsError, read_batches
 from ._session import may, principal
+from ._transactions import TxnApi
 
 log = logging.getLogger("txnstream.kafka")
 
@@ -30,15 +30,16 @@ log = logging.getLogger("txnstream.kafka")
 _THREAD_BYTES = 256 * 1024
 
 
-class ProduceApi(BrokerBase):
-    """Produce (a part of the broker)."""
+class ProduceApi(TxnApi):
+    """Produce (a part of the broker; a transactional producer's batches go into its
+    transaction, see :class:`TxnApi`)."""
 
     async def produce(self, request: Any, version: int, assigned: asyncio.Event) -> Any:
         """Store every partition's batches; set ``assigned`` once they all have their
         offsets (the connection's next request may start then), answer once durable."""
-        txn_producer = None
+        txn_producer: TxnProducer | ErrorCode | None = None
         if request.transactional_id is not None:
-            txn_producer = self.producers.get(request.transactional_id, principal())
+            txn_producer = self._current(request.transactional_id)
         stored = []
         try:
             for topic in request.topic_data:
@@ -49,6 +50,21 @@ class ProduceApi(BrokerBase):
                     stored.append((topic.name, data.index, outcome))
         finally:
             assigned.set()
+        if isinstance(txn_producer, TxnProducer) and any(
+            error is ErrorCode.NONE for _, _, (error, _, _) in stored
+        ):
+            # A transaction's records are acknowledged once durable (they were pipelined,
+            # so this one flush carries them with whatever else is queued): a failover
+            # or a restart then resumes the transaction with every record its producer
+            # was told was stored, and its commit never loses one.
+            try:
+                await self.engine.sync()
+            except EngineError as exc:
+                failed = self._code_of(exc)
+                stored = [
+                    (name, index, (failed, -1, d) if e is ErrorCode.NONE else (e, b, d))
+                    for name, index, (e, b, d) in stored
+                ]
         results: dict[str, list[Any]] = {}
         for name, index, (error, base, durable) in stored:
             for future in durable:
@@ -87,7 +103,7 @@ class ProduceApi(BrokerBase):
         partition: int,
         records: Any,
         transactional_id: str | None,
-        txn_producer: TxnProducer | None,
+        txn_producer: TxnProducer | ErrorCode | None,
     ) -> tuple[ErrorCode, int, list[asyncio.Future[None]]]:
         """Start storing one partition's batches: (error, base offset of the first
         batch, the futures of their durability)."""
@@ -110,23 +126,34 @@ class ProduceApi(BrokerBase):
         for batch in batches:
             txn = None
             if batch.transactional:
+                if isinstance(txn_producer, ErrorCode):
+                    return txn_producer, -1, durable  # (the engine cannot answer now)
                 if txn_producer is None:
-                    # The transactional id is not known here (the server restarted, or it
-                    # expired): as a Kafka partition leader without the producer's state,
-                    # UNKNOWN_PRODUCER_ID. Clients take it as abortable (KIP-360): abort,
-                    # get an epoch, go on; nothing of the transaction was stored.
+                    # The transactional id is not known (it expired, or was never
+                    # initialised): as a Kafka partition leader without the producer's
+                    # state, UNKNOWN_PRODUCER_ID. Clients take it as abortable (KIP-360):
+                    # abort, get an epoch, go on; nothing of the transaction was stored.
                     return ErrorCode.UNKNOWN_PRODUCER_ID, -1, durable
                 if (
                     txn_producer.producer_id != batch.producer_id
                     or txn_producer.epoch != batch.producer_epoch
                 ):
                     return ErrorCode.INVALID_PRODUCER_EPOCH, -1, durable
+                if txn_producer.resumed:
+                    # rebuilt after a failover or restart: the partitions it added are
+                    # not known, and a transaction it began but did not write to yet
+                    # (nothing of it durable) begins again here
+                    async with txn_producer.lock:
+                        error = await self.ensure_txn(txn_producer)
+                    if error is not ErrorCode.NONE:
+                        return error, -1, durable
+                    txn_producer.topics.add(topic)
                 if txn_producer.txn is None or topic not in txn_producer.topics:
                     return ErrorCode.INVALID_TXN_STATE, -1, durable
                 txn = txn_producer.txn.txn_id
             elif transactional_id is not None:
                 return ErrorCode.INVALID_REQUEST, -1, durable  # a transactional id's plain batch
-            session = None if txn_producer is None else txn_producer.session
+            session = txn_producer.session if isinstance(txn_producer, TxnProducer) else None
             error, first, done = await self._store(topic, batch.messages, batch, txn, session)
             if error is not ErrorCode.NONE:
                 return error, -1, durable
@@ -172,8 +199,6 @@ class ProduceApi(BrokerBase):
         if not result.positions:  # an older duplicate: stored, its offsets forgotten
             return ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1, None
         # In a transaction ``done`` is None: the records are pipelined as txn.send's, and
-        # the commit makes them durable before it decides (a crash before then aborts the
-        # transaction), so the answer need not wait for a flush; its outcome is the
-        # commit's. (A flush of their own would also hold the commit behind it: two
-        # fsyncs a transaction instead of one.)
+        # :meth:`produce` makes them durable with one flush for the whole request before
+        # it answers.
         return ErrorCode.NONE, self.engine.offset_of(topic, result.positions[0]), done

@@ -7,21 +7,39 @@ producer's last sequence and positions durable with the data, answers a retried 
 with its original positions, and the listener refuses a gap.
 
 A transactional id keeps one producer id (derived from the id) and a new epoch at each
-InitProducerId; its transaction is one engine transaction begun with the same
-``transactional_id`` at the first AddPartitionsToTxn, so a new epoch's begin fences the
-old holder as the engine's fencing does, and a request that names an older epoch is
-refused. Epochs live in memory, so a server that has not seen a transactional id since it
-started (or became the active, after a failover) does not know its last epoch: the id's
-first InitProducerId there starts at a random epoch, so that a zombie initialised before
-(by another active, or before a restart) is refused (its epoch is not the current one,
-but for a 1 in 32767 chance), and requests naming it get INVALID_PRODUCER_EPOCH. The
-sequence numbers of a transactional producer's batches are kept under a name of its own
-session (``kafka-<id>-<epoch>-<session>``, new at every InitProducerId): a producer
-initialised again must never find an earlier session's sequence numbers, which would
-make its first batches look like duplicates of batches already stored. A transactional id
-no request used for ``EngineConfig.transactional_id_expiry`` seconds, with no open
-transaction, is forgotten (Kafka's ``transactional.id.expiration.ms``): its next
-InitProducerId starts it over at epoch 0.
+InitProducerId. The epoch is the engine's, durable as Kafka's transaction coordinator
+state is (:meth:`~txnstream.api.Engine.bump_producer_epoch`): the bump fences the id's
+transaction (aborting it if open) and raises its epoch in one flush, fenced like every
+write of the store, so a zombie holding any older epoch is refused after a restart or a
+failover too, never by chance. The id's transaction is one engine transaction begun
+with the same ``transactional_id`` at the first AddPartitionsToTxn (or AddOffsetsToTxn).
+
+**Going on after a failover or a restart.** What this module keeps in memory
+(:class:`TxnProducer`) is only a cache beside the engine's epoch, valid while it is the
+same :class:`~txnstream.api.ProducerEpoch` object (a new one at each bump, and at each
+load of the store). When it is not (this server restarted, or became the active, or
+another one bumped the id meanwhile), the producer state is rebuilt from the engine: its
+epoch, and the transaction it is in
+(:meth:`~txnstream.api.Engine.producer_transaction`). A producer that goes on with its
+current producer id and epoch is then served: its open transaction is resumed and may
+commit or abort, a transaction a timeout ended answers as it would have, and a commit
+already decided answers as done. What a rebuilt producer added with AddPartitionsToTxn
+is not known (only what it wrote is durable), so its Produce may name any partition it
+may write until its transaction ends; one it had begun but not written to yet is begun
+again at its first Produce (nothing of it was durable, nothing of it acknowledged).
+That is safe because the listener acknowledges a transaction's Produce and
+TxnOffsetCommit only once durable (:meth:`~txnstream.api.Engine.sync`): the resumed
+transaction holds everything its producer was told was stored.
+
+The sequence numbers of a transactional producer's batches are kept under the name of
+its epoch's session (``kafka-<id>-<epoch>-<session>``, the engine's, new at every bump
+and durable with it): a producer initialised again never finds an earlier session's
+sequence numbers (which would make its first batches look like duplicates), and one
+that goes on after a failover finds its own, so a batch it sends again is stored once.
+A transactional id with no bump and no transaction begun for
+``EngineConfig.transactional_id_expiry`` seconds, and no open transaction, is forgotten
+(Kafka's ``transactional.id.expiration.ms``), durably: its next InitProducerId starts it
+over at epoch 0, and a zombie naming it gets INVALID_PRODUCER_ID_MAPPING.
 """
 
 from __future__ import annotations
@@ -29,47 +47,66 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-import time
 from dataclasses import dataclass, field
 
-from txnstream.api import Principal, Transaction
+from txnstream.api import Principal, ProducerEpoch, Transaction
 
 _ID_BITS = 62
-_MAX_EPOCH = 32767
+MAX_EPOCH = 32767
+"""Kafka's epochs are int16: the engine's epoch ``e`` is Kafka's ``e % MAX_EPOCH``."""
 
 
 def producer_name(producer_id: int, epoch: int, session: str | None = None) -> str:
     """The engine's idempotent producer name of a Kafka producer (and ``session``, the
-    InitProducerId of a transactional one)."""
+    epoch's of a transactional one)."""
     name = f"kafka-{producer_id}-{epoch}"
     return name if session is None else f"{name}-{session}"
 
 
+def kafka_epoch(durable: ProducerEpoch) -> int:
+    """The Kafka epoch of the engine's producer epoch (wrapping within int16)."""
+    return durable.epoch % MAX_EPOCH
+
+
 @dataclass(slots=True)
 class TxnProducer:
-    """A transactional id's producer: id, current epoch and its open transaction."""
+    """A transactional id's producer: what this server keeps beside its durable epoch."""
 
     transactional_id: str
     producer_id: int
-    epoch: int
+    durable: ProducerEpoch
+    """The engine's epoch this state goes with (compared by identity)."""
     timeout_ms: int
+    lock: asyncio.Lock
     principal: Principal | None = None
     """Who it belongs to (with SASL): the engine scopes its transactional id to it."""
     txn: Transaction | None = None
     topics: set[str] = field(default_factory=set)
-    session: str = ""
-    """Made at each InitProducerId: its batches' sequence numbers are this session's."""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    used: float = field(default_factory=time.monotonic)
-    """When a request last named it (``time.monotonic()``): it expires idle."""
+    resumed: bool = False
+    """Rebuilt from the engine (after a restart or failover) in its current
+    transaction: the partitions it added are not known, any it may write is taken."""
+
+    @property
+    def epoch(self) -> int:
+        """Its Kafka epoch."""
+        return kafka_epoch(self.durable)
+
+    @property
+    def session(self) -> str:
+        """Its epoch's session: its batches' sequence numbers are this session's."""
+        return self.durable.session
+
+
+def _key(transactional_id: str, principal: Principal | None) -> tuple[str | None, str]:
+    return None if principal is None else principal.name, transactional_id
 
 
 class Producers:
-    """The listener's producer registry (one per listener)."""
+    """The listener's cache of transactional producers (one per listener)."""
 
     def __init__(self) -> None:
         self._txn: dict[tuple[str | None, str], TxnProducer] = {}  # by (owner, id)
-        self._expired: set[tuple[str | None, str]] = set()  # forgotten idle, this term
+        self._locks: dict[tuple[str | None, str], asyncio.Lock] = {}
 
     @staticmethod
     def new_id() -> int:
@@ -83,68 +120,36 @@ class Producers:
         digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return int.from_bytes(digest) >> (64 - _ID_BITS)
 
-    def entry(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer:
-        """The transactional id's producer (no session until its first InitProducerId);
-        each principal has its own transactional ids, as over HTTP."""
-        owner = None if principal is None else principal.name
-        producer = self._txn.get((owner, transactional_id))
-        if producer is None:
-            key = owner, transactional_id
-            # forgotten idle this term: it starts over at epoch 0, as in Kafka; never seen
-            # this term: at a random epoch (its last one is not known, see above)
-            before = -1 if key in self._expired else secrets.randbelow(_MAX_EPOCH) - 1
-            self._expired.discard(key)
-            producer = self._txn[key] = TxnProducer(
-                transactional_id,
-                self.transactional_producer_id(transactional_id, owner),
-                before,
-                0,
-                principal,
-            )
-        producer.used = time.monotonic()
-        return producer
+    def lock(self, transactional_id: str, principal: Principal | None = None) -> asyncio.Lock:
+        """The lock a transactional id's requests that change its state take (each
+        principal has its own transactional ids, as over HTTP)."""
+        return self._locks.setdefault(_key(transactional_id, principal), asyncio.Lock())
 
     def get(self, transactional_id: str, principal: Principal | None = None) -> TxnProducer | None:
-        """The transactional id's producer, if one initialised it since start."""
-        owner = None if principal is None else principal.name
-        producer = self._txn.get((owner, transactional_id))
-        if producer is None or not producer.session:  # (not initialised yet)
-            return None
-        producer.used = time.monotonic()
-        return producer
+        """The cached producer of the transactional id, if any (check it against the
+        engine's epoch before use)."""
+        return self._txn.get(_key(transactional_id, principal))
 
-    def expired(self, transactional_id: str, principal: Principal | None = None) -> bool:
-        """Whether the transactional id was forgotten idle (:meth:`expire`) since this
-        server became the active, rather than never initialised here."""
-        owner = None if principal is None else principal.name
-        return (owner, transactional_id) in self._expired
+    def put(self, producer: TxnProducer) -> None:
+        """Cache ``producer``."""
+        self._txn[_key(producer.transactional_id, producer.principal)] = producer
+
+    def drop(self, transactional_id: str, principal: Principal | None = None) -> None:
+        """Forget the cached producer of the transactional id."""
+        self._txn.pop(_key(transactional_id, principal), None)
 
     def clear(self) -> None:
-        """Forget every transactional id (this server stopped being the active: their
-        engine transactions are the store's, ended or fenced by the next active)."""
+        """Forget every cached producer (this server stopped being the active: their
+        state is the store's, and the next active's)."""
         self._txn.clear()
-        self._expired.clear()
+        self._locks = {k: lock for k, lock in self._locks.items() if lock.locked()}
 
-    def expire(self, idle: float) -> int:
-        """Forget the transactional ids no request named for ``idle`` seconds that have
-        no open transaction and no request under way; returns how many."""
-        before = time.monotonic() - idle
-        expired = [
-            key
-            for key, p in self._txn.items()
-            if p.used < before and p.txn is None and not p.lock.locked()
-        ]
-        for key in expired:
-            del self._txn[key]
-        self._expired.update(expired)
-        return len(expired)
+    def cached(self) -> list[TxnProducer]:
+        """Every cached producer."""
+        return list(self._txn.values())
 
-
-def new_session() -> str:
-    """A new InitProducerId session's name (unique in practice: 64 random bits)."""
-    return secrets.token_hex(8)
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after ``epoch`` (wrapping within int16)."""
-    return (epoch + 1) % _MAX_EPOCH
+    def prune_locks(self) -> None:
+        """Drop the locks of ids with no cached producer and no request under way."""
+        self._locks = {
+            k: lock for k, lock in self._locks.items() if k in self._txn or lock.locked()
+        }

@@ -220,6 +220,8 @@ class KafkaListener:
         while (answer := await answers.get()) is not None:
             response = await answer
             if response is not None:
+                if writer.is_closing():  # (uvloop raises RuntimeError on such a write)
+                    raise ConnectionResetError("the client closed the connection")
                 writer.write(response)
                 await writer.drain()
 

@@ -18,13 +18,14 @@ from txnstream.api import (
 
 from ._base import BrokerBase, valid_group
 from ._codes import ErrorCode, code_of
-from ._producers import TxnProducer, new_session, next_epoch
+from ._producers import TxnProducer
 from ._session import may, principal
 
 
 class TxnApi(BrokerBase):
     """The transaction APIs (a part of the broker); one Kafka transaction is one engine
-    transaction begun with the same transactional id."""
+    transaction begun with the same transactional id, its epoch the engine's (see
+    :mod:`._producers`)."""
 
     async def init_producer_id(self, request: Any, version: int) -> Any:
         def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
@@ -39,41 +40,90 @@ class TxnApi(BrokerBase):
         max_timeout = self.engine.config.max_txn_timeout
         if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
             return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        producer = self.producers.entry(transactional_id, principal())
+        who = principal()
+        owner = None if who is None else who.name
+        producer_id = self.producers.transactional_producer_id(transactional_id, owner)
         # v3 (KIP-360): a producer that had an abortable error asks to bump its own epoch,
         # naming its producer id and epoch (-1: a fresh start, as before v3).
         expected_id = request.producer_id if version >= 3 else -1
         expected_epoch = request.producer_epoch if version >= 3 else -1
-        async with producer.lock:
+        lock = self.producers.lock(transactional_id, who)
+        async with lock:
+            current = self._current(transactional_id)
+            if isinstance(current, ErrorCode):
+                return answer(current)
             if expected_id >= 0:
-                if expected_id != producer.producer_id:
+                if expected_id != producer_id:
                     return answer(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-                if producer.session and expected_epoch != producer.epoch:
+                if current is not None and expected_epoch != current.epoch:
                     return answer(ErrorCode.INVALID_PRODUCER_EPOCH)  # an older instance
-            if producer.txn is not None:  # the previous epoch's open transaction
-                await self._end(producer, commit=False)
-            # (a bump of an id not initialised here, after a restart, a failover or an
-            # expiry, goes past the client's epoch: its next epoch must be newer)
-            producer.epoch = next_epoch(max(producer.epoch, expected_epoch))
-            producer.session = new_session()
-            producer.timeout_ms = timeout_ms
-            return answer(ErrorCode.NONE, producer.producer_id, producer.epoch)
+            # (a bump of an id the engine forgot, after an expiry, goes past the
+            # client's epoch: librdkafka requires its next epoch to be newer)
+            at_least = expected_epoch + 1 if current is None and expected_epoch >= 0 else 0
+            try:
+                # fences (aborts) the previous epoch's open transaction, durably
+                durable = await self.engine.bump_producer_epoch(
+                    transactional_id, at_least=at_least, principal=who
+                )
+            except EngineError as exc:
+                return answer(self._coordinator_code(exc))
+            producer = TxnProducer(transactional_id, producer_id, durable, timeout_ms, lock, who)
+            self.producers.put(producer)
+            return answer(ErrorCode.NONE, producer_id, producer.epoch)
+
+    def _coordinator_code(self, exc: EngineError) -> ErrorCode:
+        """A transaction coordinator request's error code: a store that cannot write
+        now (recovering, full) is a coordinator not available, which every client
+        retries."""
+        code = self._code_of(exc, coordinator=True)
+        return (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE if code is ErrorCode.KAFKA_STORAGE_ERROR else code
+        )
+
+    def _current(self, transactional_id: str) -> TxnProducer | ErrorCode | None:
+        """The transactional id's producer as the engine knows it now (None: no epoch,
+        never initialised or expired): the cached one while it goes with the engine's
+        epoch, else rebuilt from the engine (see :mod:`._producers`)."""
+        who = principal()
+        try:
+            durable = self.engine.producer_epoch(transactional_id, principal=who)
+            cached = self.producers.get(transactional_id, who)
+            if durable is None:
+                if cached is not None:
+                    self.producers.drop(transactional_id, who)
+                return None
+            if cached is not None and cached.durable is durable:
+                return cached
+            txn = self.engine.producer_transaction(transactional_id, principal=who)
+        except EngineError as exc:
+            return self._coordinator_code(exc)
+        owner = None if who is None else who.name
+        producer = TxnProducer(
+            transactional_id,
+            self.producers.transactional_producer_id(transactional_id, owner),
+            durable,
+            # (the InitProducerId's timeout is not durable: the transaction begun again
+            # for a producer rebuilt before it wrote anything gets the default one)
+            round(self.engine.config.default_txn_timeout * 1000),
+            self.producers.lock(transactional_id, who),
+            who,
+            txn,
+            resumed=True,
+        )
+        self.producers.put(producer)
+        return producer
 
     def _txn_producer(
         self, transactional_id: str, producer_id: int, epoch: int
     ) -> TxnProducer | ErrorCode:
-        producer = self.producers.get(transactional_id, principal())
-        if producer is None and not self.producers.expired(transactional_id, principal()):
-            # Never initialised on this server since it became the active: the producer
-            # was initialised with another active (before a failover) or before a
-            # restart, and its epoch is not known here. Fenced (fatal: the client must
-            # initialise again), never "unknown id" (abortable): its last EndTxn may have
-            # committed on the old active, and an abort reported now would be a lie.
-            return ErrorCode.INVALID_PRODUCER_EPOCH
+        producer = self._current(transactional_id)
+        if isinstance(producer, ErrorCode):
+            return producer
         if producer is None or producer.producer_id != producer_id:
+            # an id the engine does not know (expired, or never initialised), as Kafka
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer.epoch != epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH
+            return ErrorCode.INVALID_PRODUCER_EPOCH  # a zombie: a newer epoch fenced it
         return producer
 
     async def add_partitions_to_txn(self, request: Any, version: int) -> Any:
@@ -126,14 +176,14 @@ class TxnApi(BrokerBase):
                 k: ErrorCode.OPERATION_NOT_ATTEMPTED if c is ErrorCode.NONE else c
                 for k, c in codes.items()
             }
-        error = await self._ensure_txn(producer)
+        error = await self.ensure_txn(producer)
         if error is not ErrorCode.NONE:
             return dict.fromkeys(codes, error)
         producer.topics.update(targets)  # the engine topics (a partition's, for one)
         return codes
 
-    async def _ensure_txn(self, producer: TxnProducer) -> ErrorCode:
-        """Begin the producer's engine transaction if none is open (under its lock)."""
+    async def ensure_txn(self, producer: TxnProducer) -> ErrorCode:
+        """Begin the producer's engine transaction if it is in none (under its lock)."""
         if producer.txn is not None:
             return ErrorCode.NONE
         try:
@@ -159,8 +209,10 @@ class TxnApi(BrokerBase):
         return EndTxnResponse(throttle_time_ms=0, error_code=error)
 
     async def _end(self, producer: TxnProducer, *, commit: bool) -> ErrorCode:
-        """Commit or abort the producer's open transaction (none: nothing to do)."""
+        """Commit or abort the producer's transaction (none: nothing to do; after a
+        failover that is also a commit the previous active decided already)."""
         txn, producer.txn, producer.topics = producer.txn, None, set()
+        producer.resumed = False
         if txn is None:
             return ErrorCode.NONE
         try:
@@ -184,7 +236,7 @@ class TxnApi(BrokerBase):
             error = ErrorCode.INVALID_GROUP_ID
         else:
             async with producer.lock:
-                error = await self._ensure_txn(producer)
+                error = await self.ensure_txn(producer)
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)
 
     async def txn_offset_commit(self, request: Any, version: int) -> Any:
@@ -193,9 +245,8 @@ class TxnApi(BrokerBase):
         producer = self._txn_producer(
             request.transactional_id, request.producer_id, request.producer_epoch
         )
-        topics = []
+        codes: dict[str, list[tuple[int, ErrorCode]]] = {}
         for topic in request.topics:
-            partitions = []
             for part in topic.partitions:
                 if isinstance(producer, ErrorCode):
                     error = producer
@@ -209,8 +260,22 @@ class TxnApi(BrokerBase):
                         part.committed_offset,
                         producer.txn.txn_id,
                     )
-                partitions.append(
-                    partition_type(partition_index=part.partition_index, error_code=error)
-                )
-            topics.append(topic_type(name=topic.name, partitions=partitions))
+                codes.setdefault(topic.name, []).append((part.partition_index, error))
+        if any(code is ErrorCode.NONE for parts in codes.values() for _, code in parts):
+            # acknowledged once durable: a failover resumes the transaction with them
+            try:
+                await self.engine.sync()
+            except EngineError as exc:
+                failed = self._code_of(exc, coordinator=True)
+                codes = {
+                    name: [(i, failed if c is ErrorCode.NONE else c) for i, c in parts]
+                    for name, parts in codes.items()
+                }
+        topics = [
+            topic_type(
+                name=name,
+                partitions=[partition_type(partition_index=i, error_code=c) for i, c in parts],
+            )
+            for name, parts in codes.items()
+        ]
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)

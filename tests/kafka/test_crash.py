@@ -1,10 +1,7 @@
-"""A Kafka transaction whose server is killed (``kill -9``) after AddPartitionsToTxn was
-answered and before its records were produced: AddPartitionsToTxn writes nothing durable
-(an empty transaction does not outlive a crash), so after the restart its Produce is
-answered UNKNOWN_PRODUCER_ID and its EndTxn is fenced (the server cannot tell whether a
-commit of that producer was made before the crash, so it never reports an abort); a new
-producer with the same transactional id goes on, and nothing of the lost transaction is
-stored or read. A real ``serve`` process and confluent-kafka."""
+"""A Kafka transaction whose server (the SQLite store) is killed (``kill -9``) and
+restarted: the transactional id's epoch is durable, so the producer goes on with it, as a
+Kafka producer does across a transaction coordinator failover, and a zombie with an older
+epoch is refused. A real ``serve`` process and confluent-kafka."""
 
 from __future__ import annotations
 
@@ -96,10 +93,15 @@ def _read_committed(bootstrap: str, until: bytes) -> list[bytes]:
         consumer.close()
 
 
-def test_a_crash_after_add_partitions_fails_the_commit_and_nothing_is_kept(
+def test_a_crash_after_add_partitions_the_producer_goes_on_and_commits_once(
     tmp_path: Path,
 ) -> None:
-    from confluent_kafka import KafkaException, Producer
+    """Killed after AddPartitionsToTxn was answered and before the records were produced:
+    the empty engine transaction did not outlive the crash (nothing of it was durable,
+    nothing acknowledged), so the restarted server begins it again at the producer's
+    Produce, and the same producer commits it: no fatal error, no new producer, its
+    record read once."""
+    from confluent_kafka import Producer
 
     server = _Server(tmp_path / "data", tmp_path / "serve.log")
     server.start()
@@ -122,7 +124,7 @@ def test_a_crash_after_add_partitions_fails_the_commit_and_nothing_is_kept(
         producer.commit_transaction(TIMEOUT)
 
         producer.begin_transaction()
-        producer.produce("t", b"lost")
+        producer.produce("t", b"resumed")
 
         def added() -> bool:  # AddPartitionsToTxn answered: the engine transaction is open
             return bool(server.get("/v1/transactions?state=open")["transactions"])  # type: ignore[index]
@@ -132,34 +134,74 @@ def test_a_crash_after_add_partitions_fails_the_commit_and_nothing_is_kept(
         server.start()
         assert server.get("/v1/transactions?state=open") == {"transactions": []}
 
-        with pytest.raises(KafkaException) as raised:
-            producer.commit_transaction(TIMEOUT)
-        error = raised.value.args[0]
-        # Its Produce is answered UNKNOWN_PRODUCER_ID (abortable); an EndTxn of a producer
-        # this server has not initialised is fenced (the server cannot tell whether that
-        # producer's commit was made before the crash, so it never reports an abort).
-        # librdkafka may or may not send the EndTxn once the Produce failed: either way
-        # the commit fails. The application then starts a new producer.
-        if not error.fatal():
-            assert error.name() == "UNKNOWN_PRODUCER_ID", error
-            try:
-                producer.abort_transaction(TIMEOUT)
-                abort_error = None
-            except KafkaException as exc:
-                abort_error = exc.args[0]
-            assert abort_error is None or abort_error.fatal(), abort_error
-        producer = Producer(
-            {"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "transactional.id": "crashy"}
-        )
-        producer.init_transactions(TIMEOUT)
+        producer.commit_transaction(TIMEOUT)  # the same producer: no error at all
         producer.begin_transaction()
         producer.produce("t", b"after")
         producer.commit_transaction(TIMEOUT)
 
         bootstrap = f"127.0.0.1:{server.kafka_port}"
-        assert _read_committed(bootstrap, b"after") == [b"before", b"after"]
+        assert _read_committed(bootstrap, b"after") == [b"before", b"resumed", b"after"]
         stats = server.get("/v1/topics/t/stats")
-        assert stats["entries"] == 4  # type: ignore[index]  # two records, two commit markers
+        assert stats["entries"] == 6  # type: ignore[index]  # three records, three markers
+    finally:
+        server.kill(signal.SIGTERM)
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_kill_9_mid_transaction_the_producer_goes_on_and_an_older_epoch_stays_fenced(
+    tmp_path: Path,
+) -> None:
+    """Two producers of one transactional id, the second initialised last (the first is
+    a zombie); the second has a transaction open, records acknowledged and more in
+    flight, when the server is killed. After the restart the second goes on with its
+    epoch and commits (no fatal error, no new producer), every record read once; the
+    zombie is refused (fatal, fenced), never by chance, and nothing of it is stored."""
+    from confluent_kafka import KafkaException, Producer
+
+    server = _Server(tmp_path / "data", tmp_path / "serve.log")
+    server.start()
+    bootstrap = f"127.0.0.1:{server.kafka_port}"
+    try:
+        assert httpx.put(f"{server.url}/v1/topics/t", timeout=10).status_code in (200, 201)
+        settings = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "restarted",
+            "linger.ms": 5,
+            "message.timeout.ms": 60_000,
+            "transaction.timeout.ms": 60_000,
+            "reconnect.backoff.max.ms": 500,
+        }
+        zombie = Producer(settings)
+        zombie.init_transactions(TIMEOUT)
+        producer = Producer(settings)
+        producer.init_transactions(TIMEOUT)  # a newer epoch: the first is a zombie now
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce("t", f"r{i}".encode())
+        assert producer.flush(TIMEOUT) == 0  # acknowledged
+        for i in range(5, 10):
+            producer.produce("t", f"r{i}".encode())  # (some in flight at the kill)
+        producer.poll(0)
+        server.kill()
+        server.start()
+
+        for i in range(10, 15):
+            producer.produce("t", f"r{i}".encode())
+        producer.commit_transaction(TIMEOUT)  # the same producer, no error
+
+        zombie.begin_transaction()
+        zombie.produce("t", b"zombie")
+        with pytest.raises(KafkaException) as raised:
+            zombie.commit_transaction(TIMEOUT)
+        assert raised.value.args[0].fatal(), raised.value.args[0]
+
+        producer.begin_transaction()
+        producer.produce("t", b"after")
+        producer.commit_transaction(TIMEOUT)
+        expected = [f"r{i}".encode() for i in range(15)] + [b"after"]
+        assert _read_committed(bootstrap, b"after") == expected
+        stats = server.get("/v1/topics/t/stats")
+        assert stats["entries"] == 16 + 2  # type: ignore[index]  # no zombie record; 2 markers
     finally:
         server.kill(signal.SIGTERM)
     assert "Traceback" not in server.log.read_text()

@@ -4,9 +4,10 @@ clients; the active killed with ``kill -9`` by pid.
 
 A standby's listener names the active (Metadata, FindCoordinator) and refuses the rest
 with the errors that send clients there; a client bootstrapped with both addresses keeps
-producing across a failover (idempotent: nothing twice; transactional: initialised again
-as a fenced producer must), and a read_committed consumer reads every acknowledged
-message exactly once, in order, and nothing aborted."""
+producing across a failover (idempotent: nothing twice; transactional: with its epoch,
+its open transaction resumed at the new active, as across a Kafka transaction
+coordinator failover), a zombie (an older epoch) stays fenced, and a read_committed
+consumer reads every acknowledged message exactly once, in order, and nothing aborted."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceResponse,
@@ -216,7 +219,7 @@ class _Transactional(threading.Thread):
     stopped, then a last one (``end``), handling errors as a Kafka application must:
     retriable: retry; abortable: abort (the transaction is then aborted); fatal (fenced):
     a new producer, initialised again (the transaction then is in doubt: committed or
-    not, all or nothing)."""
+    not, all or nothing). A failover is none of these: the producer goes on."""
 
     def __init__(self, bootstrap: str, stop: threading.Event) -> None:
         super().__init__(daemon=True)
@@ -358,7 +361,8 @@ async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or
     assert log == plain.acked  # each once, in the order produced (i0, i1, ...)
     assert log == [*sorted(log[:-1], key=lambda v: int(v[1:])), b"end"]
 
-    assert txns.restarts >= 1 or txns.aborted  # the failover reached the transactional one
+    # the failover is invisible to the transactional producer: never fenced, never in doubt
+    assert (txns.restarts, txns.in_doubt) == (0, [])
     log = await consume("confluent-kafka", b.kafka, "txns", "read_committed", b"end")
     assert len(log) == len(set(log)), "a message twice"
     seen = [int(v.split(b".")[0][1:]) for v in log if v != b"end"]
@@ -370,6 +374,157 @@ async def test_kill_9_of_the_active_kafka_producers_go_on_and_nothing_is_lost_or
     assert set(seen) <= set(txns.committed) | set(txns.in_doubt)
     for k in txns.in_doubt:
         assert seen.count(k) in (0, 3)  # all or nothing
+
+
+def _txn_settings(bootstrap: str, transactional_id: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "transactional.id": transactional_id,
+        "linger.ms": 5,
+        "message.timeout.ms": 60_000,
+        "transaction.timeout.ms": 60_000,
+        "reconnect.backoff.max.ms": 500,
+    }
+
+
+def _commit(producer: Any) -> None:
+    """commit_transaction, retrying what is retriable: any other error fails the test
+    (an abortable or fatal one is what a failover must not cause)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            producer.commit_transaction(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+
+
+async def test_a_transaction_open_when_the_active_dies_goes_on_and_commits_at_the_new_active(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    """The transaction coordinator's state (epoch, open transaction) is the store's: a
+    producer with a transaction open, records acknowledged and more in flight, when the
+    active is killed goes on at the new active with the same producer and epoch, and
+    commits; the records of an aborted transaction before it are never read, and every
+    committed one is read once."""
+    a, b = pair
+    _create(a, "resumed")
+    from confluent_kafka import Producer
+
+    producer = Producer(_txn_settings(f"{a.kafka},{b.kafka}", "resumer"))
+    await asyncio.to_thread(producer.init_transactions, 60)
+
+    def before_the_kill() -> None:
+        producer.begin_transaction()
+        producer.produce("resumed", b"c0")
+        _commit(producer)
+        producer.begin_transaction()
+        producer.produce("resumed", b"aborted")
+        assert producer.flush(60) == 0
+        producer.abort_transaction(60)
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce("resumed", f"o{i}".encode())
+        assert producer.flush(60) == 0  # acknowledged
+        for i in range(5, 10):
+            producer.produce("resumed", f"o{i}".encode())  # (some in flight at the kill)
+        producer.poll(0)
+
+    await asyncio.to_thread(before_the_kill)
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    b.wait_status("ok", TAKEOVER)
+
+    def after_the_takeover() -> None:
+        for i in range(10, 15):
+            producer.produce("resumed", f"o{i}".encode())
+        _commit(producer)  # the same producer: no abortable or fatal error
+        producer.begin_transaction()
+        producer.produce("resumed", b"end")
+        _commit(producer)
+
+    await asyncio.to_thread(after_the_takeover)
+    log = await consume("confluent-kafka", b.kafka, "resumed", "read_committed", b"end")
+    assert log == [b"c0", *(f"o{i}".encode() for i in range(15)), b"end"]
+
+
+async def test_a_zombie_initialised_before_a_newer_producer_stays_fenced_after_a_failover(
+    pair: tuple[KafkaServer, KafkaServer],
+) -> None:
+    """Epochs are durable: two InitProducerIds at the active, then a failover; the new
+    active goes on from the newest epoch (one more bump gives the next one, never a
+    random one), the zombie's older epoch is refused every time, and the newer
+    producer goes on."""
+    from confluent_kafka import KafkaException, Producer
+
+    a, b = pair
+    _create(a, "fenced")
+    wire = await KafkaWire.open(a.kafka_port)
+    try:
+        init = InitProducerIdRequest(transactional_id="probe", transaction_timeout_ms=10_000)
+        first = await wire.call(init, InitProducerIdResponse, 1)
+        second = await wire.call(init, InitProducerIdResponse, 1)
+        assert (first.error_code, second.error_code) == (0, 0)
+        assert second.producer_id == first.producer_id
+        assert second.producer_epoch == first.producer_epoch + 1
+    finally:
+        await wire.close()
+    bootstrap = f"{a.kafka},{b.kafka}"
+    zombie = Producer(_txn_settings(bootstrap, "zombie"))
+    await asyncio.to_thread(zombie.init_transactions, 60)
+    producer = Producer(_txn_settings(bootstrap, "zombie"))
+    await asyncio.to_thread(producer.init_transactions, 60)  # newer: the first is a zombie
+
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    b.wait_status("ok", TAKEOVER)
+
+    wire = await KafkaWire.open(b.kafka_port)
+    try:
+        for older in (first.producer_epoch, second.producer_epoch - 1):
+            zombie_end = await wire.call(
+                EndTxnRequest(
+                    transactional_id="probe",
+                    producer_id=first.producer_id,
+                    producer_epoch=older,
+                    committed=True,
+                ),
+                EndTxnResponse,
+                1,
+            )
+            assert zombie_end.error_code == 47  # INVALID_PRODUCER_EPOCH: fenced, always
+        third = await wire.call(init, InitProducerIdResponse, 1)
+        assert (third.error_code, third.producer_id) == (0, first.producer_id)
+        assert third.producer_epoch == second.producer_epoch + 1  # monotonic, not random
+    finally:
+        await wire.close()
+
+    def zombie_transaction() -> KafkaException:
+        zombie.begin_transaction()
+        zombie.produce("fenced", b"zombie")
+        try:
+            zombie.commit_transaction(60)
+        except KafkaException as exc:
+            return exc
+        raise AssertionError("the zombie committed")
+
+    refused = await asyncio.to_thread(zombie_transaction)
+    assert refused.args[0].fatal(), refused.args[0]
+
+    def newer_transaction() -> None:
+        producer.begin_transaction()
+        producer.produce("fenced", b"end")
+        _commit(producer)
+
+    await asyncio.to_thread(newer_transaction)
+    log = await consume("confluent-kafka", b.kafka, "fenced", "read_committed", b"end")
+    assert log == [b"end"]
+    async with httpx.AsyncClient(trust_env=False) as http:
+        stats = (await http.get(f"{b.url}/v1/topics/fenced/stats", timeout=10)).json()
+    assert stats["entries"] == 2  # "end" and its commit marker: nothing of the zombie
 
 
 async def test_a_paused_active_stops_leading_and_stores_nothing_after_the_takeover(

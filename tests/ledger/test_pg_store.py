@@ -78,6 +78,9 @@ def script() -> list[WriteBatch]:
     first.record_txn(txn_row(4, "aborted", 50, "other", 0, "timeout"))
     first.record_txn(txn_row(5, "aborted", 400, "lbl-é", 1, "low_watermark"))
     first.put_finish_key("k1", 100)
+    first.put_producer_epoch("w", 0, "s0", 100, None)
+    first.put_producer_epoch("\x1falice\x1fw", 3, "s3", 110, 2**40)
+    first.put_producer_epoch("gone", 7, "s7", 120, 5)
     first.put_snapshot(0, 0, 0, 5, 100, b"snap0")
     first.put_snapshot(0, 1, 0, 13, 200, b"snap1")
     for segment in range(4):
@@ -99,6 +102,8 @@ def script() -> list[WriteBatch]:
     second.record_txn(txn_row(1, "committed", 500, None, 0, "client"))
     second.put_finish_key("k1", 150)
     second.put_finish_key("k2", 160)
+    second.put_producer_epoch("w", 1, "s1", 170, 6)  # (an upsert)
+    second.drop_producer_epoch("gone")
     second.drop_snapshots_upto(0, 0)
     second.drop_snapshot_segments(0, [1])
     second.drop_snapshot_segments_below(0, 1)
@@ -161,6 +166,7 @@ async def everything(store: Store) -> dict[str, Any]:
         "txns": await store.txn_rows(0, 0),
         "txns_since": await store.txn_rows(350, 2),
         "finish_keys": sorted(await store.finish_keys()),
+        "producer_epochs": sorted(await store.producer_epoch_rows()),
         "ended": [await store.ended_txn_row(seq) for seq in range(7)],
         "ended_pages": [
             await store.ended_txn_rows(
