@@ -9,11 +9,13 @@ its own; 100-byte values.
 
 * ``P1-outbox`` / ``P2-outbox``: the outbox peer of ``make bench-peers``
   (:func:`benchmarks.peers.outbox`): one psycopg connection, ``executemany`` of 10 rows +
-  ``COMMIT`` per transaction, then every row read back by id, 1,000 rows a query.
+  ``COMMIT`` per transaction, then every row read back by id, 1,000 rows a query
+  (:data:`READS` times over, timed together).
 * ``P1-txn10``: the engine on the store (``Engine.open("postgresql://...")``), one
   producer, ``begin``, 10 ``txn.send``, ``commit`` (B1-txn10's shape).
 * ``P2-consume``: then one consumer drains that topic from the earliest position:
-  ``receive(max=1000)`` and a cumulative (durable) ack per batch.
+  ``receive(max=1000)`` and a cumulative (durable) ack per batch; :data:`READS` times
+  over, a new subscription each, timed together.
 * ``P1-txn10-8p``: eight producers (tasks on one engine, one topic) sharing the same
   transactions (B1-txn10-8p's shape).
 
@@ -45,6 +47,14 @@ from .peers import drain, outbox, start_bench_cluster
 
 Producer = Callable[[Engine, list[list[bytes]]], Awaitable[None]]
 
+READS = 5
+"""Times each side of P2 reads all the messages in a run, timed together (messages read
+over the time their reads took): one read of 50,000 took 0.05-0.2 s, short enough that a
+neighbour's burst of work decided a run's figure (the outbox's went from 364k to 662k
+msg/s between runs on an idle machine). Both sides read as often and are timed alike, so
+what is compared stays the same. (Not the fastest of the reads: on a busy machine that
+favours the shorter read, which more often runs undisturbed.)"""
+
 
 async def _engine(
     url: str, producer: Producer, batches: list[list[bytes]], consume: bool
@@ -62,14 +72,17 @@ async def _engine(
         if stats["entries"] != count + len(batches) or stats["open_txns"]:
             raise AssertionError(f"expected {count} messages in {len(batches)} txns: {stats}")
         if consume:
-            collect_garbage()
-            rates.append(await drain(engine, TOPIC, count))
+            took = 0.0
+            for n in range(READS):
+                collect_garbage()
+                took += count / await drain(engine, TOPIC, count, subscription=f"peers-{n}")
+            rates.append(READS * count / took)
     return rates
 
 
 def _outbox(url: str, batches: list[list[bytes]]) -> list[float]:
     """The outbox peer's produce and read-by-id messages/s on the database at ``url``."""
-    result = outbox(url, batches)
+    result = outbox(url, batches, reads=READS)
     return [result.produce, result.consume]
 
 
