@@ -432,3 +432,16 @@ async def test_a_page_of_a_long_unanalyzed_log_is_read_in_index_order(store: PgS
     assert "Sort" not in plan, plan
     rows = await store.read_range(0, P(0, 100), P(0, 1 << 40), 1000)
     assert [row[1] for row in rows] == list(range(100, 1100))
+
+
+async def test_a_page_many_times_libpqs_input_buffer_is_read_whole(store: PgStore) -> None:
+    # The read connections read what the socket holds before waiting again, at most
+    # _EAGER_READS reads of libpq's 16 kB buffer per event-loop step: a 2 MB page takes
+    # several steps, and comes back whole and in order.
+    setup = WriteBatch()
+    setup.create_topic(0, "a", 1)
+    setup.open_ledger(0, 0, 1, 0)
+    setup.insert_entries((0, 0, i, i % 2, i, i.to_bytes(4, "big") * 256) for i in range(2000))
+    await store.write(setup)
+    rows = await store.read_range(0, P(0, 0), P(0, 1 << 40), 5000)
+    assert rows == [(0, i, i % 2, i, i.to_bytes(4, "big") * 256) for i in range(2000)]
