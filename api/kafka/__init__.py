@@ -7,7 +7,7 @@ response structs (``kafka.protocol``) and aiokafka's compiled record batch codec
 (``aiokafka.record``).
 """
 
-from ._broker import APIS
+from ._apis import APIS
 from ._server import KafkaListener, format_address, parse_address
 
 __all__ = ["APIS", "KafkaListener", "format_address", "parse_address"]

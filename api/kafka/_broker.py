@@ -8,8 +8,9 @@ engine's (:meth:`~txnstream.api.Engine.offsets`).
 
 The :class:`Broker` is assembled from its parts: produce (``_produce``), offsets and
 fetch (``_fetch``), transactions (``_transactions``) and consumer groups
-(``_group_requests``, over the membership of ``_groups``); this module keeps the API
-table, authentication, metadata and topic administration.
+(``_group_requests``, over the membership of ``_groups``), routed by the table of
+served APIs (``_apis``); this module keeps authentication, metadata and topic
+administration.
 
 Every API answers errors in its own response's error fields (:func:`code_of` maps engine
 errors once); an unexpected failure is logged by the server and closes the connection,
@@ -21,61 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
-
-from kafka.protocol.admin import (
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-)
-from kafka.protocol.consumer import (
-    FetchRequest,
-    FetchResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.metadata import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
-from kafka.protocol.producer import (
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    EndTxnRequest,
-    EndTxnResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ProduceRequest,
-    ProduceResponse,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
-)
-from kafka.protocol.sasl import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-)
 
 from txnstream.api import (
     ConflictError,
@@ -86,6 +33,30 @@ from txnstream.api import (
 from txnstream.api.support import validate_name
 
 from ._address import format_address
+from ._apis import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    API_VERSIONS,
+    APIS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    END_TXN,
+    FETCH,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+)
 from ._codes import ErrorCode, code_of
 from ._fetch import FetchApi
 from ._group_requests import GroupApi
@@ -108,64 +79,22 @@ Handler = Callable[[Any, int], Awaitable[Any]]
 _PLAIN = "PLAIN"
 
 
-PRE_AUTH_KEYS = frozenset(
-    {ApiVersionsRequest.API_KEY, SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY}
-)
+PRE_AUTH_KEYS = frozenset({API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key})
 """What a connection may send before it authenticated."""
 
 
-@dataclass(frozen=True, slots=True)
-class Api:
-    """A served API: its request and response classes and the versions served."""
-
-    request: Any
-    response: Any
-    min_version: int
-    max_version: int
-
-
-# Non-flexible versions (librdkafka and the Python clients negotiate down to them), but
-# InitProducerId v3: KIP-360's epoch bump, without which librdkafka makes an abortable
-# UNKNOWN_PRODUCER_ID (a restart forgot the producer's epoch) a fatal error.
-APIS: dict[int, Api] = {
-    api.request.API_KEY: api
-    for api in (
-        Api(ProduceRequest, ProduceResponse, 3, 8),
-        Api(FetchRequest, FetchResponse, 4, 11),
-        Api(ListOffsetsRequest, ListOffsetsResponse, 1, 5),
-        Api(MetadataRequest, MetadataResponse, 0, 8),
-        Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
-        Api(ApiVersionsRequest, ApiVersionsResponse, 0, 2),
-        Api(InitProducerIdRequest, InitProducerIdResponse, 0, 3),  # v3: KIP-360 bumps
-        Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 2),
-        Api(EndTxnRequest, EndTxnResponse, 0, 2),
-        Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 2),
-        Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 2),
-        Api(JoinGroupRequest, JoinGroupResponse, 0, 5),
-        Api(SyncGroupRequest, SyncGroupResponse, 0, 3),
-        Api(HeartbeatRequest, HeartbeatResponse, 0, 3),
-        Api(LeaveGroupRequest, LeaveGroupResponse, 0, 3),
-        Api(OffsetCommitRequest, OffsetCommitResponse, 2, 7),
-        Api(OffsetFetchRequest, OffsetFetchResponse, 1, 5),
-        Api(CreateTopicsRequest, CreateTopicsResponse, 2, 4),
-        Api(DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
-        # v1 only: v0 would exchange raw SASL tokens outside Kafka's framing
-        Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
-        Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
-    )
-}
-API_VERSIONS_KEY: int = ApiVersionsRequest.API_KEY
+API_VERSIONS_KEY: int = API_VERSIONS.key
 
 
 def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> Any:
     """The ApiVersions answer: every served key with its version range."""
     keys = [
-        ApiVersionsResponse.ApiVersion(
+        API_VERSIONS.response.ApiVersion(
             api_key=key, min_version=api.min_version, max_version=api.max_version
         )
         for key, api in sorted(APIS.items())
     ]
-    return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
+    return API_VERSIONS.response(error_code=error, api_keys=keys, throttle_time_ms=0)
 
 
 class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
@@ -191,26 +120,26 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         self.producers = Producers()
         self.groups = GroupCoordinator()
         self._handlers: dict[int, Handler] = {
-            FetchRequest.API_KEY: self.fetch,
-            ListOffsetsRequest.API_KEY: self.list_offsets,
-            MetadataRequest.API_KEY: self.metadata,
-            FindCoordinatorRequest.API_KEY: self.find_coordinator,
-            ApiVersionsRequest.API_KEY: self.api_versions,
-            InitProducerIdRequest.API_KEY: self.init_producer_id,
-            AddPartitionsToTxnRequest.API_KEY: self.add_partitions_to_txn,
-            EndTxnRequest.API_KEY: self.end_txn,
-            AddOffsetsToTxnRequest.API_KEY: self.add_offsets_to_txn,
-            TxnOffsetCommitRequest.API_KEY: self.txn_offset_commit,
-            JoinGroupRequest.API_KEY: self.join_group,
-            SyncGroupRequest.API_KEY: self.sync_group,
-            HeartbeatRequest.API_KEY: self.heartbeat,
-            LeaveGroupRequest.API_KEY: self.leave_group,
-            OffsetCommitRequest.API_KEY: self.offset_commit,
-            OffsetFetchRequest.API_KEY: self.offset_fetch,
-            SaslHandshakeRequest.API_KEY: self.sasl_handshake,
-            SaslAuthenticateRequest.API_KEY: self.sasl_authenticate,
-            CreateTopicsRequest.API_KEY: self.create_topics,
-            DeleteTopicsRequest.API_KEY: self.delete_topics,
+            FETCH.key: self.fetch,
+            LIST_OFFSETS.key: self.list_offsets,
+            METADATA.key: self.metadata,
+            FIND_COORDINATOR.key: self.find_coordinator,
+            API_VERSIONS.key: self.api_versions,
+            INIT_PRODUCER_ID.key: self.init_producer_id,
+            ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
+            END_TXN.key: self.end_txn,
+            ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn,
+            TXN_OFFSET_COMMIT.key: self.txn_offset_commit,
+            JOIN_GROUP.key: self.join_group,
+            SYNC_GROUP.key: self.sync_group,
+            HEARTBEAT.key: self.heartbeat,
+            LEAVE_GROUP.key: self.leave_group,
+            OFFSET_COMMIT.key: self.offset_commit,
+            OFFSET_FETCH.key: self.offset_fetch,
+            SASL_HANDSHAKE.key: self.sasl_handshake,
+            SASL_AUTHENTICATE.key: self.sasl_authenticate,
+            CREATE_TOPICS.key: self.create_topics,
+            DELETE_TOPICS.key: self.delete_topics,
         }
 
     async def upkeep(self) -> None:
@@ -260,7 +189,7 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                 return refusal(api_key, request, version, self._leader() is not None)
         else:
             self._standing_by = False
-        if api_key == ProduceRequest.API_KEY:
+        if api_key == PRODUCE.key:
             return await self.produce(request, version, assigned)
         try:
             return await self._handlers[api_key](request, version)
@@ -308,11 +237,11 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
     async def sasl_handshake(self, request: Any, version: int) -> Any:
         if self.authenticate is None or request.mechanism != _PLAIN:
             SESSION.get().failed = True
-            return SaslHandshakeResponse(
+            return SASL_HANDSHAKE.response(
                 error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 mechanisms=[] if self.authenticate is None else [_PLAIN],
             )
-        return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=[_PLAIN])
+        return SASL_HANDSHAKE.response(error_code=ErrorCode.NONE, mechanisms=[_PLAIN])
 
     async def sasl_authenticate(self, request: Any, version: int) -> Any:
         """PLAIN (RFC 4616): ``authzid NUL user NUL password``; the user is the
@@ -332,14 +261,14 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         if identity is None:
             session.failed = True
             log.info("Kafka SASL/PLAIN authentication failed")
-            return SaslAuthenticateResponse(
+            return SASL_AUTHENTICATE.response(
                 error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                 error_message="authentication failed: unknown user or wrong token",
                 auth_bytes=b"",
                 session_lifetime_ms=0,
             )
         session.identity = identity
-        return SaslAuthenticateResponse(
+        return SASL_AUTHENTICATE.response(
             error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
         )
 
@@ -374,7 +303,7 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
         for name in asked:
             if name in known:
                 partitions = [
-                    MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+                    METADATA.response.MetadataResponseTopic.MetadataResponsePartition(
                         # no active known (a standby, between two actives): retry later
                         error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader is None else 0,
                         partition_index=index,
@@ -392,7 +321,7 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
             else:
                 error, partitions = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []
             topics.append(
-                MetadataResponse.MetadataResponseTopic(
+                METADATA.response.MetadataResponseTopic(
                     error_code=error,
                     name=name,
                     is_internal=False,
@@ -400,10 +329,10 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                 )
             )
         brokers = [
-            MetadataResponse.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
+            METADATA.response.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
             for node, host, port in self._brokers(leader)
         ]
-        return MetadataResponse(
+        return METADATA.response(
             throttle_time_ms=0,
             brokers=brokers,
             cluster_id=CLUSTER_ID,
@@ -467,11 +396,11 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                     if error is ErrorCode.INVALID_REQUEST:
                         error = ErrorCode.INVALID_TOPIC_EXCEPTION
             results.append(
-                CreateTopicsResponse.CreatableTopicResult(
+                CREATE_TOPICS.response.CreatableTopicResult(
                     name=topic.name, error_code=error, error_message=message
                 )
             )
-        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        return CREATE_TOPICS.response(throttle_time_ms=0, topics=results)
 
     async def delete_topics(self, request: Any, version: int) -> Any:
         """Delete topics (``manage``), their subscriptions (groups' offsets) with them."""
@@ -485,14 +414,14 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                     await self.engine.delete_topic(name)
                 except EngineError as exc:
                     error = code_of(exc)
-            results.append(DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=error))
-        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+            results.append(DELETE_TOPICS.response.DeletableTopicResult(name=name, error_code=error))
+        return DELETE_TOPICS.response(throttle_time_ms=0, responses=results)
 
     async def find_coordinator(self, request: Any, version: int) -> Any:
         """The active coordinates every group and transactional id."""
         leader = self._leader()
         if leader is None:
-            return FindCoordinatorResponse(
+            return FIND_COORDINATOR.response(
                 throttle_time_ms=0,
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 error_message="no active server is known yet",
@@ -501,6 +430,6 @@ class Broker(ProduceApi, FetchApi, TxnApi, GroupApi):
                 port=-1,
             )
         node, host, port = leader
-        return FindCoordinatorResponse(
+        return FIND_COORDINATOR.response(
             throttle_time_ms=0, error_code=0, error_message=None, node_id=node, host=host, port=port
         )

@@ -24,7 +24,8 @@ from typing import Any
 from txnstream.api import Engine
 
 from ._address import format_address, parse_address
-from ._broker import API_VERSIONS_KEY, APIS, PRE_AUTH_KEYS, Broker, api_versions_response
+from ._apis import APIS
+from ._broker import API_VERSIONS_KEY, PRE_AUTH_KEYS, Broker, api_versions_response
 from ._codes import ErrorCode
 from ._session import SESSION, Authenticate, Session
 

@@ -40,46 +40,25 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from kafka.protocol.admin import (
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-)
-from kafka.protocol.consumer import (
-    FetchRequest,
-    FetchResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.producer import (
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    EndTxnRequest,
-    EndTxnResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ProduceRequest,
-    ProduceResponse,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
-)
-
 from ._address import parse_address
+from ._apis import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    END_TXN,
+    FETCH,
+    HEARTBEAT,
+    INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_OFFSETS,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    PRODUCE,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+)
 from ._codes import ErrorCode
 
 Leader = tuple[int, str, int]
@@ -109,7 +88,7 @@ def refused(api_key: int, request: Any) -> bool:
     InitProducerId without a transactional id, which any broker answers (an idempotent
     producer's id is random, nothing to look up; librdkafka asks any broker it is
     connected to, and would ask a standby that refused it again and again)."""
-    if api_key == InitProducerIdRequest.API_KEY:
+    if api_key == INIT_PRODUCER_ID.key:
         return request.transactional_id is not None
     return api_key in REFUSED
 
@@ -119,30 +98,30 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     active is known; None for a Produce with acks=0, which gets no answer)."""
     partition = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.LEADER_NOT_AVAILABLE
     coordinator = ErrorCode.NOT_COORDINATOR if known else ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if api_key == ProduceRequest.API_KEY:
+    if api_key == PRODUCE.key:
         return None if request.acks == 0 else _produce(request, partition)
-    if api_key == FetchRequest.API_KEY:
+    if api_key == FETCH.key:
         return _fetch(request, partition)
-    if api_key == ListOffsetsRequest.API_KEY:
+    if api_key == LIST_OFFSETS.key:
         return _list_offsets(request, partition)
-    if api_key == InitProducerIdRequest.API_KEY:
-        return InitProducerIdResponse(
+    if api_key == INIT_PRODUCER_ID.key:
+        return INIT_PRODUCER_ID.response(
             throttle_time_ms=0, error_code=coordinator, producer_id=-1, producer_epoch=-1
         )
-    if api_key == AddPartitionsToTxnRequest.API_KEY:
+    if api_key == ADD_PARTITIONS_TO_TXN.key:
         return _add_partitions(request, coordinator)
-    if api_key == EndTxnRequest.API_KEY:
-        return EndTxnResponse(throttle_time_ms=0, error_code=coordinator)
-    if api_key == AddOffsetsToTxnRequest.API_KEY:
-        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=coordinator)
-    if api_key == TxnOffsetCommitRequest.API_KEY:
-        txn_topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    if api_key == END_TXN.key:
+        return END_TXN.response(throttle_time_ms=0, error_code=coordinator)
+    if api_key == ADD_OFFSETS_TO_TXN.key:
+        return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=coordinator)
+    if api_key == TXN_OFFSET_COMMIT.key:
+        txn_topic = TXN_OFFSET_COMMIT.response.TxnOffsetCommitResponseTopic
         txn_partition = txn_topic.TxnOffsetCommitResponsePartition
         return _offset_commit(
-            TxnOffsetCommitResponse, txn_topic, txn_partition, request, coordinator
+            TXN_OFFSET_COMMIT.response, txn_topic, txn_partition, request, coordinator
         )
-    if api_key == JoinGroupRequest.API_KEY:
-        return JoinGroupResponse(
+    if api_key == JOIN_GROUP.key:
+        return JOIN_GROUP.response(
             throttle_time_ms=0,
             error_code=coordinator,
             generation_id=-1,
@@ -151,30 +130,30 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
             member_id=request.member_id or "",
             members=[],
         )
-    if api_key == SyncGroupRequest.API_KEY:
-        return SyncGroupResponse(throttle_time_ms=0, error_code=coordinator, assignment=b"")
-    if api_key == HeartbeatRequest.API_KEY:
-        return HeartbeatResponse(throttle_time_ms=0, error_code=coordinator)
-    if api_key == LeaveGroupRequest.API_KEY:
-        return LeaveGroupResponse(throttle_time_ms=0, error_code=coordinator, members=[])
-    if api_key == OffsetCommitRequest.API_KEY:
-        topic = OffsetCommitResponse.OffsetCommitResponseTopic
+    if api_key == SYNC_GROUP.key:
+        return SYNC_GROUP.response(throttle_time_ms=0, error_code=coordinator, assignment=b"")
+    if api_key == HEARTBEAT.key:
+        return HEARTBEAT.response(throttle_time_ms=0, error_code=coordinator)
+    if api_key == LEAVE_GROUP.key:
+        return LEAVE_GROUP.response(throttle_time_ms=0, error_code=coordinator, members=[])
+    if api_key == OFFSET_COMMIT.key:
+        topic = OFFSET_COMMIT.response.OffsetCommitResponseTopic
         partition_type = topic.OffsetCommitResponsePartition
-        return _offset_commit(OffsetCommitResponse, topic, partition_type, request, coordinator)
-    if api_key == OffsetFetchRequest.API_KEY:
+        return _offset_commit(OFFSET_COMMIT.response, topic, partition_type, request, coordinator)
+    if api_key == OFFSET_FETCH.key:
         return _offset_fetch(request, coordinator)
-    if api_key == CreateTopicsRequest.API_KEY:
-        result = CreateTopicsResponse.CreatableTopicResult
-        return CreateTopicsResponse(
+    if api_key == CREATE_TOPICS.key:
+        result = CREATE_TOPICS.response.CreatableTopicResult
+        return CREATE_TOPICS.response(
             throttle_time_ms=0,
             topics=[
                 result(name=t.name, error_code=ErrorCode.NOT_CONTROLLER, error_message=_NOT_ACTIVE)
                 for t in request.topics
             ],
         )
-    if api_key == DeleteTopicsRequest.API_KEY:
-        deleted = DeleteTopicsResponse.DeletableTopicResult
-        return DeleteTopicsResponse(
+    if api_key == DELETE_TOPICS.key:
+        deleted = DELETE_TOPICS.response.DeletableTopicResult
+        return DELETE_TOPICS.response(
             throttle_time_ms=0,
             responses=[
                 deleted(name=name, error_code=ErrorCode.NOT_CONTROLLER)
@@ -186,22 +165,22 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
 
 REFUSED = frozenset(
     {
-        ProduceRequest.API_KEY,
-        FetchRequest.API_KEY,
-        ListOffsetsRequest.API_KEY,
-        InitProducerIdRequest.API_KEY,
-        AddPartitionsToTxnRequest.API_KEY,
-        EndTxnRequest.API_KEY,
-        AddOffsetsToTxnRequest.API_KEY,
-        TxnOffsetCommitRequest.API_KEY,
-        JoinGroupRequest.API_KEY,
-        SyncGroupRequest.API_KEY,
-        HeartbeatRequest.API_KEY,
-        LeaveGroupRequest.API_KEY,
-        OffsetCommitRequest.API_KEY,
-        OffsetFetchRequest.API_KEY,
-        CreateTopicsRequest.API_KEY,
-        DeleteTopicsRequest.API_KEY,
+        PRODUCE.key,
+        FETCH.key,
+        LIST_OFFSETS.key,
+        INIT_PRODUCER_ID.key,
+        ADD_PARTITIONS_TO_TXN.key,
+        END_TXN.key,
+        ADD_OFFSETS_TO_TXN.key,
+        TXN_OFFSET_COMMIT.key,
+        JOIN_GROUP.key,
+        SYNC_GROUP.key,
+        HEARTBEAT.key,
+        LEAVE_GROUP.key,
+        OFFSET_COMMIT.key,
+        OFFSET_FETCH.key,
+        CREATE_TOPICS.key,
+        DELETE_TOPICS.key,
     }
 )
 """The requests only the active serves (a standby answers them with :func:`refusal`)."""
@@ -210,9 +189,9 @@ _NOT_ACTIVE = "this server is a standby: the active serves this (see Metadata)"
 
 
 def _produce(request: Any, error: ErrorCode) -> Any:
-    topic_type = ProduceResponse.TopicProduceResponse
+    topic_type = PRODUCE.response.TopicProduceResponse
     partition_type = topic_type.PartitionProduceResponse
-    return ProduceResponse(
+    return PRODUCE.response(
         responses=[
             topic_type(
                 name=topic.name,
@@ -236,8 +215,8 @@ def _produce(request: Any, error: ErrorCode) -> Any:
 
 
 def _fetch(request: Any, error: ErrorCode) -> Any:
-    topic_type = FetchResponse.FetchableTopicResponse
-    return FetchResponse(
+    topic_type = FETCH.response.FetchableTopicResponse
+    return FETCH.response(
         throttle_time_ms=0,
         error_code=0,
         session_id=0,
@@ -264,8 +243,8 @@ def _fetch(request: Any, error: ErrorCode) -> Any:
 
 
 def _list_offsets(request: Any, error: ErrorCode) -> Any:
-    topic_type = ListOffsetsResponse.ListOffsetsTopicResponse
-    return ListOffsetsResponse(
+    topic_type = LIST_OFFSETS.response.ListOffsetsTopicResponse
+    return LIST_OFFSETS.response(
         throttle_time_ms=0,
         topics=[
             topic_type(
@@ -287,9 +266,9 @@ def _list_offsets(request: Any, error: ErrorCode) -> Any:
 
 
 def _add_partitions(request: Any, error: ErrorCode) -> Any:
-    result = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    result = ADD_PARTITIONS_TO_TXN.response.AddPartitionsToTxnTopicResult
     partition = result.AddPartitionsToTxnPartitionResult
-    return AddPartitionsToTxnResponse(
+    return ADD_PARTITIONS_TO_TXN.response(
         throttle_time_ms=0,
         results_by_topic_v3_and_below=[
             result(
@@ -326,9 +305,9 @@ def _offset_commit(
 
 def _offset_fetch(request: Any, error: ErrorCode) -> Any:
     # v2 and later carry the group's error at the top; v1 only per partition
-    topic_type = OffsetFetchResponse.OffsetFetchResponseTopic
+    topic_type = OFFSET_FETCH.response.OffsetFetchResponseTopic
     partition = topic_type.OffsetFetchResponsePartition
-    return OffsetFetchResponse(
+    return OFFSET_FETCH.response(
         throttle_time_ms=0,
         error_code=error,
         topics=[
