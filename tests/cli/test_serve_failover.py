@@ -6,10 +6,7 @@ URLs and checked by the crash drill's history checker."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from rich.console import Console
+from serve_support import StoreServer
 from support import free_port, run_serve, wait_for
 
 from txnstream.api.cli.drills._history import History, Sent, TxnRun, check_history
@@ -30,7 +28,6 @@ LEASE = 1.0
 """The servers' --lease-timeout (s): short, so each test is."""
 MARGIN = 6.0
 """Seconds past the lease timeout a takeover may take (a loaded 2-core machine)."""
-REPO = Path(__file__).resolve().parents[2]
 
 CHECKS = (
     "committed messages in final read_committed fetch",
@@ -44,64 +41,8 @@ CHECKS = (
 """The history checks that apply without consumers (this load only produces)."""
 
 
-class StoreServer:
-    """``python -m txnstream serve --store URL`` on a free loopback port, stopped by pid."""
-
-    def __init__(self, store: str, log: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "txnstream", "serve", "--store", store]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "info"]
-        command += ["--lease-timeout", str(LEASE), *args]
-        self.log_path = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def health(self) -> tuple[int, dict[str, Any], httpx.Headers] | None:
-        try:
-            r = httpx.get(f"{self.url}/v1/health", timeout=2.0, trust_env=False)
-        except httpx.TransportError:
-            return None
-        return r.status_code, r.json(), r.headers
-
-    def wait_status(self, status: str, timeout: float = 30.0) -> float:
-        """Seconds until health says ``status``."""
-        started = time.monotonic()
-
-        def reached() -> bool:
-            assert self.proc.poll() is None, f"server exited:\n{self.log_path.read_text()}"
-            got = self.health()
-            return got is not None and got[1]["status"] == status
-
-        wait_for(reached, timeout, f"{self.url} to be {status}")
-        return time.monotonic() - started
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(f"{self.url}/metrics", timeout=5.0, trust_env=False).text
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise AssertionError(f"{name} not in /metrics")
-
-    def signal(self, signum: int) -> None:
-        self.proc.send_signal(signum)
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGCONT)  # a paused server must see the SIGTERM
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+def _server(store: str, log: Path) -> StoreServer:
+    return StoreServer(store, log, "--host", "127.0.0.1", "--log-level", "info", lease=LEASE)
 
 
 @pytest.fixture
@@ -109,10 +50,10 @@ def pair(pg_url: str, tmp_path: Path) -> Any:
     """An active (first) and a standby (second) on one fresh database."""
     servers: list[StoreServer] = []
     try:
-        a = StoreServer(pg_url, tmp_path / "a.log")
+        a = _server(pg_url, tmp_path / "a.log")
         servers.append(a)
         a.wait_status("ok")
-        b = StoreServer(pg_url, tmp_path / "b.log")
+        b = _server(pg_url, tmp_path / "b.log")
         servers.append(b)
         b.wait_status("standby")
         yield a, b

@@ -12,10 +12,7 @@ consumer reads every acknowledged message exactly once, in order, and nothing ab
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -39,65 +36,30 @@ from kafka.protocol.producer import (
 )
 from kafka_clients import consume
 from kafka_support import KafkaWire, produce_request, record_batch
+from serve_support import StoreServer
 from support import free_ports, wait_for, wait_until
 
 from txnstream.api.kafka._standby import node_id_of
 
 pytestmark = pytest.mark.timeout(180)
 
-REPO = Path(__file__).resolve().parents[2]
 LEASE = 1.0
 """The servers' --lease-timeout (s): short, so the test is."""
 TAKEOVER = LEASE + 8.0
 """Seconds a takeover may take on a loaded 2-core machine."""
 
 
-class KafkaServer:
-    """``serve --store URL --kafka-listen`` on free loopback ports, stopped by pid."""
+class KafkaServer(StoreServer):
+    """A :class:`StoreServer` with ``--kafka-listen`` on a second free loopback port."""
 
     def __init__(self, store: str, log: Path) -> None:
-        self.port, self.kafka_port = free_ports(2)
-        self.url = f"http://127.0.0.1:{self.port}"
+        port, self.kafka_port = free_ports(2)
         self.kafka = f"127.0.0.1:{self.kafka_port}"
-        command = [sys.executable, "-m", "txnstream", "serve", "--store", store]
-        command += ["--port", str(self.port), "--kafka-listen", self.kafka]
-        command += ["--lease-timeout", str(LEASE)]
-        self.log = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        super().__init__(store, log, "--kafka-listen", self.kafka, lease=LEASE, port=port)
 
     @property
     def node_id(self) -> int:
         return node_id_of(self.kafka)
-
-    def status(self) -> str | None:
-        try:
-            answer = httpx.get(f"{self.url}/v1/health", timeout=2.0, trust_env=False)
-        except httpx.TransportError:
-            return None
-        return str(answer.json()["status"])
-
-    def wait_status(self, status: str, timeout: float) -> None:
-        def reached() -> bool:
-            assert self.proc.poll() is None, f"server exited:\n{self.log.read_text()}"
-            return self.status() == status
-
-        wait_for(reached, timeout, f"{self.url} to be {status}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture
