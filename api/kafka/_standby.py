@@ -103,7 +103,17 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     if api_key == FETCH.key:
         return _fetch(request, partition)
     if api_key == LIST_OFFSETS.key:
-        return _list_offsets(request, partition)
+        topic_type = LIST_OFFSETS.response.ListOffsetsTopicResponse
+        return _by_partition(
+            LIST_OFFSETS.response,
+            topic_type,
+            topic_type.ListOffsetsPartitionResponse,
+            request,
+            partition,
+            timestamp=-1,
+            offset=-1,
+            leader_epoch=-1,
+        )
     if api_key == INIT_PRODUCER_ID.key:
         return INIT_PRODUCER_ID.response(
             throttle_time_ms=0, error_code=coordinator, producer_id=-1, producer_epoch=-1
@@ -117,7 +127,7 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     if api_key == TXN_OFFSET_COMMIT.key:
         txn_topic = TXN_OFFSET_COMMIT.response.TxnOffsetCommitResponseTopic
         txn_partition = txn_topic.TxnOffsetCommitResponsePartition
-        return _offset_commit(
+        return _by_partition(
             TXN_OFFSET_COMMIT.response, txn_topic, txn_partition, request, coordinator
         )
     if api_key == JOIN_GROUP.key:
@@ -139,7 +149,7 @@ def refusal(api_key: int, request: Any, version: int, known: bool) -> Any:
     if api_key == OFFSET_COMMIT.key:
         topic = OFFSET_COMMIT.response.OffsetCommitResponseTopic
         partition_type = topic.OffsetCommitResponsePartition
-        return _offset_commit(OFFSET_COMMIT.response, topic, partition_type, request, coordinator)
+        return _by_partition(OFFSET_COMMIT.response, topic, partition_type, request, coordinator)
     if api_key == OFFSET_FETCH.key:
         return _offset_fetch(request, coordinator)
     if api_key == CREATE_TOPICS.key:
@@ -242,29 +252,6 @@ def _fetch(request: Any, error: ErrorCode) -> Any:
     )
 
 
-def _list_offsets(request: Any, error: ErrorCode) -> Any:
-    topic_type = LIST_OFFSETS.response.ListOffsetsTopicResponse
-    return LIST_OFFSETS.response(
-        throttle_time_ms=0,
-        topics=[
-            topic_type(
-                name=topic.name,
-                partitions=[
-                    topic_type.ListOffsetsPartitionResponse(
-                        partition_index=part.partition_index,
-                        error_code=error,
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                    for part in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ],
-    )
-
-
 def _add_partitions(request: Any, error: ErrorCode) -> Any:
     result = ADD_PARTITIONS_TO_TXN.response.AddPartitionsToTxnTopicResult
     partition = result.AddPartitionsToTxnPartitionResult
@@ -283,18 +270,24 @@ def _add_partitions(request: Any, error: ErrorCode) -> Any:
     )
 
 
-def _offset_commit(
-    response: Any, topic_type: Any, partition: Any, request: Any, error: ErrorCode
+def _by_partition(
+    response: Any,
+    topic_type: Any,
+    partition: Any,
+    request: Any,
+    error: ErrorCode,
+    **unknown: int,
 ) -> Any:
-    """An OffsetCommit or TxnOffsetCommit answer (``response``, its topic and partition
-    types) with ``error`` for every partition: the two have the same shape."""
+    """A ListOffsets, OffsetCommit or TxnOffsetCommit answer (``response``, its topic and
+    partition types) with ``error`` for every partition of ``request.topics`` (and
+    ``unknown``: the partition type's other fields): the three have the same shape."""
     return response(
         throttle_time_ms=0,
         topics=[
             topic_type(
                 name=topic.name,
                 partitions=[
-                    partition(partition_index=p.partition_index, error_code=error)
+                    partition(partition_index=p.partition_index, error_code=error, **unknown)
                     for p in topic.partitions
                 ],
             )
