@@ -3,18 +3,14 @@ real servers on free loopback ports, polled over ``/v1/health``, stopped by pid.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-from support import free_port, wait_for
-
-REPO = Path(__file__).resolve().parents[1]
+from support import free_port, start_in_repo, stop_process, wait_for
 
 
 class StoreServer:
@@ -27,14 +23,7 @@ class StoreServer:
         command = [sys.executable, "-m", "txnstream", "serve", "--store", store]
         command += ["--port", str(self.port), "--lease-timeout", str(lease), *args]
         self.log = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.proc = start_in_repo(command, log)
 
     def health(self) -> tuple[int, dict[str, Any], httpx.Headers] | None:
         """``/v1/health``'s status code, body and headers (None: no answer)."""
@@ -69,12 +58,6 @@ class StoreServer:
 
     def stop(self) -> None:
         """SIGTERM, and SIGKILL if it has not exited within 30 s."""
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGCONT)  # a paused server must see the SIGTERM
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server must see the SIGTERM
+            stop_process(self.proc, timeout=30)

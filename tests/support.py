@@ -309,6 +309,35 @@ def bearer(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {AUTH_TOKENS[name]}"}
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start_in_repo(command: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """``command`` (``python -m txnstream ...``) as a process run from the repository,
+    its output appended to ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            list(command),
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes], timeout: float = 40, sig: int = signal.SIGTERM
+) -> None:
+    """Send ``sig`` (if it still runs), wait up to ``timeout`` s, then SIGKILL it."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 class ServeSubprocess:
     """``python -m txnstream serve`` with extra ``args`` on a free loopback port, as a process.
 
@@ -327,23 +356,11 @@ class ServeSubprocess:
         self.proc: Any = None
 
     def start(self) -> ServeSubprocess:
-        import os
-        import subprocess
-        import sys
-
         import httpx
 
-        repo = Path(__file__).resolve().parents[1]
         command = [sys.executable, "-m", "txnstream", "serve", "--data", str(self.data)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--durability", "normal"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*command, *self.args],
-                cwd=repo,
-                env={**os.environ, "PYTHONPATH": str(repo)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self.proc = start_in_repo([*command, *self.args], self.log_path)
 
         def healthy() -> bool:
             if self.proc.poll() is not None:
@@ -362,17 +379,8 @@ class ServeSubprocess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        import signal
-        import subprocess
-
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        if self.proc is not None and self.proc.poll() is None:
+            stop_process(self.proc)
 
     def __enter__(self) -> ServeSubprocess:
         return self.start()

@@ -3,9 +3,7 @@ kill -9 it while writes and offloads run over HTTP, restart it, read everything 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -14,13 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from support import free_port, run_serve, wait_for
+from support import free_port, run_serve, start_in_repo, stop_process, wait_for
 
 from txnstream.ledger import OffloadStore, sidecar_url
 
 pytestmark = pytest.mark.timeout(120)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Server:
@@ -47,14 +43,7 @@ class Server:
             "--log-level",
             "warning",
         ]
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                args,
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.proc = start_in_repo(args, log)
         wait_for(lambda: self.proc.poll() is not None or self._up(), 30, "the server to start")
         assert self.proc.poll() is None, log.read_text()
 
@@ -65,13 +54,7 @@ class Server:
             return False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        stop_process(self.proc, sig=sig)
 
 
 def write_and_offload(base: str, stop: threading.Event, log: dict[str, Any]) -> None:
