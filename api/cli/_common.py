@@ -173,6 +173,14 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, ensure_ascii=False))
 
 
+def print_result(as_json: bool, data: Any, text: str) -> None:
+    """A command's one result: ``data`` as a JSON line with --json, else the line ``text``."""
+    if as_json:
+        print_json(data)
+    else:
+        typer.echo(text)
+
+
 def write_bytes(data: bytes) -> None:
     """Raw bytes to stdout, flushed (a --follow reader sees each message at once)."""
     sys.stdout.flush()

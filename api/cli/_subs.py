@@ -34,6 +34,7 @@ from ._common import (
     fail,
     parse_position,
     print_json,
+    print_result,
 )
 from ._consume import ISOLATIONS, SUB_TYPES, choice
 from ._format import Printer, Table
@@ -104,12 +105,12 @@ def sub_create(
         created = client.create_subscription(
             topic, sub, type=sub_type, initial_position=initial_position, isolation=isolation
         )
-    if as_json:
-        print_json({"topic": topic, "subscription": sub, "created": created})
-    elif created:
-        typer.echo(f"created subscription {sub} of {topic}")
-    else:
-        typer.echo(f"subscription {sub} of {topic} already exists")
+    text = (
+        f"created subscription {sub} of {topic}"
+        if created
+        else f"subscription {sub} of {topic} already exists"
+    )
+    print_result(as_json, {"topic": topic, "subscription": sub, "created": created}, text)
 
 
 @sub_app.command("delete")
@@ -123,10 +124,8 @@ def sub_delete(
     """Delete subscription SUB of TOPIC with its cursor."""
     with connect(url, token) as client:
         client.delete_subscription(topic, sub)
-    if as_json:
-        print_json({"topic": topic, "subscription": sub, "deleted": True})
-    else:
-        typer.echo(f"deleted subscription {sub} of {topic}")
+    deleted = {"topic": topic, "subscription": sub, "deleted": True}
+    print_result(as_json, deleted, f"deleted subscription {sub} of {topic}")
 
 
 @sub_app.command("seek")
@@ -154,10 +153,11 @@ def sub_seek(
             target = parse_position(position, option="POSITION", names=("earliest", "latest"))
             client.seek(topic, sub, target)
         mark = client.list_subscriptions(topic).get(sub, {}).get("mark_delete")
-    if as_json:
-        print_json({"topic": topic, "subscription": sub, "position": target, "mark_delete": mark})
-    else:
-        typer.echo(f"seeked {sub} of {topic} to {target} (mark_delete={dash(mark)})")
+    print_result(
+        as_json,
+        {"topic": topic, "subscription": sub, "position": target, "mark_delete": mark},
+        f"seeked {sub} of {topic} to {target} (mark_delete={dash(mark)})",
+    )
 
 
 @sub_app.command("peek")

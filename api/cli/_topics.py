@@ -17,6 +17,7 @@ from ._common import (
     parse_duration_ms,
     parse_size_bytes,
     print_json,
+    print_result,
     usage,
 )
 
@@ -35,10 +36,8 @@ def topics_create(
     """Create topic NAME (no error if it exists)."""
     with connect(url, token) as client:
         created = client.create_topic(name)
-    if as_json:
-        print_json({"topic": name, "created": created})
-    else:
-        typer.echo(f"created topic {name}" if created else f"topic {name} already exists")
+    text = f"created topic {name}" if created else f"topic {name} already exists"
+    print_result(as_json, {"topic": name, "created": created}, text)
 
 
 @topics_app.command("list")
@@ -65,10 +64,7 @@ def topics_delete(
     """Delete topic NAME with its data and subscriptions."""
     with connect(url, token) as client:
         data = client.delete_topic(name)
-    if as_json:
-        print_json(data)
-    else:
-        typer.echo(f"deleted topic {name}")
+    print_result(as_json, data, f"deleted topic {name}")
 
 
 @topics_app.command("stats")
@@ -168,12 +164,8 @@ def topics_retention(
             data = client.set_retention(name, time_ms=time_ms, size_bytes=size_bytes)
         else:
             data = {"topic": name, **(client.stats(name).get("retention") or {})}
-    if as_json:
-        print_json(
-            {"topic": name, "time_ms": data.get("time_ms"), "size_bytes": data.get("size_bytes")}
-        )
-    else:
-        typer.echo(f"retention of {name}: {_shown(data)}")
+    limits = {"time_ms": data.get("time_ms"), "size_bytes": data.get("size_bytes")}
+    print_result(as_json, {"topic": name, **limits}, f"retention of {name}: {_shown(data)}")
 
 
 @topics_app.command("ttl")
@@ -201,7 +193,5 @@ def topics_ttl(
             ttl_ms = client.set_ttl(name, ttl_ms).get("ttl_ms")
         else:
             ttl_ms = client.stats(name).get("ttl_ms")
-    if as_json:
-        print_json({"topic": name, "ttl_ms": ttl_ms})
-    else:
-        typer.echo(f"message TTL of {name}: {'off' if ttl_ms is None else f'{ttl_ms} ms'}")
+    shown = "off" if ttl_ms is None else f"{ttl_ms} ms"
+    print_result(as_json, {"topic": name, "ttl_ms": ttl_ms}, f"message TTL of {name}: {shown}")

@@ -19,6 +19,7 @@ from ._common import (
     human_duration,
     parse_duration_ms,
     print_json,
+    print_result,
 )
 from ._format import Table
 
@@ -81,10 +82,7 @@ def txn_begin(
 
 
 def _show_end(data: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print_json(data)
-    else:
-        typer.echo(f"{data.get('state')} {data.get('txn')}")
+    print_result(as_json, data, f"{data.get('state')} {data.get('txn')}")
 
 
 @txn_app.command("commit")

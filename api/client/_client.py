@@ -20,7 +20,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from . import _calls as calls
-from ._calls import Body, Call, PositionLike, TimestampLike, answer, unreachable
+from ._calls import Body, Call, PositionLike, TimestampLike, answer
 from ._servers import Servers
 from ._transports import AsyncTransportTlsOnDemand, TransportTlsOnDemand
 
@@ -97,10 +97,8 @@ class Client(_Settings):
                 response = self._http.request(
                     call.method, attempt.url + call.path, params=call.params, json=call.json
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                delay = attempt.refused(exc)
             except httpx.TransportError as exc:
-                raise unreachable(attempt.url, exc) from exc
+                delay = attempt.failed(exc)
             else:
                 delay = attempt.answered(response)
                 if delay is None:
@@ -327,10 +325,8 @@ class AsyncClient(_Settings):
                 response = await self._http.request(
                     call.method, attempt.url + call.path, params=call.params, json=call.json
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                delay = attempt.refused(exc)
             except httpx.TransportError as exc:
-                raise unreachable(attempt.url, exc) from exc
+                delay = attempt.failed(exc)
             else:
                 delay = attempt.answered(response)
                 if delay is None:

@@ -84,7 +84,7 @@ class Servers:
 
 
 class Attempt:
-    """Where one request goes next: :meth:`refused` and :meth:`answered` return the
+    """Where one request goes next: :meth:`failed` and :meth:`answered` return the
     seconds to wait before the next try, or raise when the request is over."""
 
     def __init__(self, servers: Servers) -> None:
@@ -126,13 +126,14 @@ class Attempt:
             raise error
         return min(delay, self._deadline - now)  # the last try comes at the deadline
 
-    def refused(self, exc: httpx.TransportError) -> float:
-        """No connection could be made to :attr:`url`."""
+    def failed(self, exc: httpx.TransportError) -> float:
+        """No answer came from :attr:`url`: the next server is tried only when no
+        connection could be made."""
         from ._calls import unreachable
 
         error = unreachable(self.url, exc)
         if error.sent:
-            raise error  # it may have arrived: never send it twice
+            raise error from exc  # it may have arrived: never send it twice
         return self._next(error)
 
     def answered(self, response: httpx.Response) -> float | None:
