@@ -46,6 +46,8 @@ def _wire(msgs: Sequence[Sent]) -> list[dict[str, Any]]:
 
 
 FILLER = "drill-disk-filler"
+_FULL_AT_MOST = 10.0
+"""Seconds a disk-full spell waits, the disk full, for the server to meet it."""
 MAX_FILL_BYTES = 4 << 30
 """The disk-full phase fills only a file system at most this large (a tmpfs made for
 the drill), never a real disk that others share."""
@@ -373,8 +375,9 @@ class Workload:
 
         Odd spells run the server without a reserve (``--min-free-bytes 0``: its flushes
         meet the full disk), even ones with its default; the server is restarted (a
-        SIGKILL) when that changes. While full, health must be ``degraded`` (or
-        ``ok`` with the reserve untouched); once freed it must be ``ok`` again
+        SIGKILL) when that changes. The disk stays full until health says ``degraded``
+        (up to :data:`_FULL_AT_MOST` s: it may stay ``ok`` with the reserve untouched,
+        or while no write needed a new block); once freed it must be ``ok`` again
         within 30 s with no restart.
         """
         wanted = None if reserve else 0
@@ -387,8 +390,15 @@ class Workload:
         filler = child.data / FILLER
         await asyncio.to_thread(fill_file_system, filler)
         try:
+            # Full until the server meets it (a write of the workload's needs a block the
+            # disk no longer has: its WAL may have room a while longer), at most
+            # _FULL_AT_MOST s; then a moment more, full.
             await asyncio.sleep(rng.uniform(0.5, 1.0))
+            until = time.monotonic() + _FULL_AT_MOST
             status = await self._health()
+            while status != "degraded" and time.monotonic() < until:
+                await asyncio.sleep(0.1)
+                status = await self._health()
             await asyncio.sleep(rng.uniform(0.5, 1.0))
         finally:
             await asyncio.to_thread(filler.unlink, missing_ok=True)
