@@ -15,9 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +33,7 @@ from txnstream.ledger import (
     PostgresUrl,
     TopicNotFoundError,
     TxnId,
+    process_id,
     store_location,
     validate_name,
 )
@@ -197,7 +195,7 @@ class Core:
         lease row says (None when unknown, or when the active has no Kafka listener)."""
         self.watch: LeaseWatch | None = None
         """While a standby: its view of the store's lease (and catalog)."""
-        self.member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.member = process_id()
         """This server's id among those sharing a PostgreSQL store (one per process)."""
         self.runtime: Runtime | None = None
         """This term's store and the state rebuilt from it (None while none is open);

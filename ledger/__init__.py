@@ -76,7 +76,7 @@ if typing.TYPE_CHECKING:
     from ._schema import DB_FILE
     from ._sqlite_store import SqliteStore
     from ._sqlite_view import database_file
-    from ._store import DataRow, Member, StorageMetrics, Store, StoreReader
+    from ._store import DataRow, Member, StorageMetrics, Store, StoreReader, process_id
     from ._tiers import LedgerInfo
 
 # PEP 562, as pydantic's ``__init__`` does: positions, entries and the errors load with
@@ -129,6 +129,7 @@ _LAZY: dict[str, str] = {
     "DataRow": "._store",
     "Member": "._store",
     "StorageMetrics": "._store",
+    "process_id": "._store",
     "Store": "._store",
     "StoreReader": "._store",
     "LedgerInfo": "._tiers",
@@ -213,6 +214,7 @@ __all__ = [
     "pack",
     "partition_name",
     "plain_payload_layout",
+    "process_id",
     "sidecar_url",
     "split_value",
     "store_location",

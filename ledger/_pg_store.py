@@ -29,11 +29,8 @@ import contextlib
 import hashlib
 import logging
 import math
-import os
 import select
-import socket
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -52,7 +49,7 @@ from ._pg_schema import migrate
 from ._pg_url import redact
 from ._pg_write import Run, apply_flush, flush_committed
 from ._sql_reads import ReadStatements, SqlStore
-from ._store import Member, Row, StorageMetrics
+from ._store import Member, Row, StorageMetrics, process_id
 
 log = logging.getLogger("txnstream.store")
 _R = TypeVar("_R")
@@ -228,7 +225,7 @@ class PgStore(SqlStore):
         the lease, :class:`~txnstream.ledger.EngineFailedError` when the database cannot
         be reached.
         """
-        holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        holder = holder or process_id()
         lease = Lease(holder, advertise_url, lease_timeout, kafka=advertise_kafka)
         me = None if member is None else Member(member, advertise_url, advertise_kafka)
         try:
@@ -553,8 +550,8 @@ class LeaseWatch:
     ) -> None:
         self.url = url
         self.member = member
-        """This standby's row in ``members``, announced with every third of ``ttl``
-        (None: it keeps none)."""
+        """This standby's row in ``members``, announced (and everyone's read) every
+        third of ``ttl`` (None: it keeps none)."""
         self.members: tuple[Member, ...] = ()
         """The servers sharing the store, as last read."""
         self._ttl = ttl
@@ -579,10 +576,11 @@ class LeaseWatch:
                 )
             lease = await read_lease(conn)
             now = time.monotonic()
-            if self.member is not None and now - self._announced >= self._ttl / 3:
-                await announce(conn, self.member, self._ttl)
+            if now - self._announced >= self._ttl / 3:  # (the lease itself every poll)
+                if self.member is not None:
+                    await announce(conn, self.member, self._ttl)
+                self.members = await read_members(conn)
                 self._announced = now
-            self.members = await read_members(conn)
             return lease
         except psycopg.errors.UndefinedTable:
             return None

@@ -83,7 +83,9 @@ import contextlib
 import errno
 import logging
 import os
+import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +116,12 @@ def is_no_space(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return any(word in str(exc).lower() for word in _NO_SPACE)
+
+
+def process_id() -> str:
+    """A new id for this server process among those sharing a store: host, pid and a
+    random part (a restarted process, even with the same pid, gets another)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True, slots=True)
