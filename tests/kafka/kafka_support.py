@@ -148,3 +148,11 @@ def produce_request(topic: str, records: bytes) -> ProduceRequest:
             )
         ],
     )
+
+
+def drop_refused(producer: Any) -> None:
+    """Drop what a fenced (zombie) confluent-kafka producer still holds: its refused
+    messages. Otherwise librdkafka keeps the producer, and its reconnects to a test's
+    stopped listener, until the process ends (the log lines after the suite's summary)."""
+    producer.purge()
+    producer.flush(0)

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kafka_clients import TIMEOUT
+from kafka_support import drop_refused
 from support import free_ports, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,6 +195,8 @@ def test_kill_9_mid_transaction_the_producer_goes_on_and_an_older_epoch_stays_fe
         with pytest.raises(KafkaException) as raised:
             zombie.commit_transaction(TIMEOUT)
         assert raised.value.args[0].fatal(), raised.value.args[0]
+        drop_refused(zombie)
+        del zombie, raised
 
         producer.begin_transaction()
         producer.produce("t", b"after")

@@ -35,7 +35,7 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 from kafka_clients import consume
-from kafka_support import KafkaWire, produce_request, record_batch
+from kafka_support import KafkaWire, drop_refused, produce_request, record_batch
 from serve_support import StoreServer
 from support import free_ports, wait_for, wait_until
 
@@ -475,6 +475,7 @@ async def test_a_zombie_initialised_before_a_newer_producer_stays_fenced_after_a
 
     refused = await asyncio.to_thread(zombie_transaction)
     assert refused.args[0].fatal(), refused.args[0]
+    drop_refused(zombie)
 
     def newer_transaction() -> None:
         producer.begin_transaction()

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from kafka_clients import consume
-from kafka_support import Kafka
+from kafka_support import Kafka, drop_refused
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,10 +67,7 @@ async def test_a_new_epoch_fences_the_zombie_and_aborts_its_transaction(kafka: K
         await asyncio.to_thread(zombie_commits, zombie)
     error = refused.value.args[0]
     assert error.fatal() or error.txn_requires_abort(), error
-    # The zombie still holds its refused message: drop it, or librdkafka keeps the
-    # producer (and its reconnects to this test's stopped listener) until the process ends.
-    zombie.purge()
-    zombie.flush(0)
+    drop_refused(zombie)
     del zombie, refused
     assert await consume("confluent-kafka", kafka.bootstrap, "t", "read_committed", b"fresh") == [
         b"fresh"
