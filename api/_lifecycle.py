@@ -368,7 +368,7 @@ class Lifecycle:
             self._core.store_url.url, member=me, ttl=config.lease_timeout
         )
         # A tenth: the poll is one small read, and its interval adds to every failover.
-        poll = self._config.lease_timeout / 10
+        poll = config.lease_timeout / 10
         took_over = False
         try:
             while True:

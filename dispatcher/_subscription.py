@@ -486,7 +486,11 @@ class Subscription(SubscriptionState):
         ):
             return False
         last = _row_at(rows[-1])
-        start = Position(last.ledger_id, last.entry_id + 1)
+        return self._start_prefetch(Position(last.ledger_id, last.entry_id + 1), limit)
+
+    def _start_prefetch(self, start: Position, limit: Position) -> bool:
+        """Read ``_read_size`` rows from ``start`` up to ``limit`` in a task of its own, for
+        :meth:`_take_prefetch`; whether there was anything to read."""
         if start > limit:
             return False
         task = asyncio.get_running_loop().create_task(
@@ -563,12 +567,8 @@ class Subscription(SubscriptionState):
         if self._leftover:  # already read past the last delivery: read on after those rows
             last = _row_at(self._leftover[-1])
             start = Position(last.ledger_id, last.entry_id + 1)
-        if limit is None or start > limit:
-            return
-        task = asyncio.get_running_loop().create_task(
-            self.topic.ledger.read_rows(start, limit, self._read_size)
-        )
-        self._prefetch = (start, task)
+        if limit is not None:
+            self._start_prefetch(start, limit)
 
     async def _take_prefetch(self, limit: Position) -> list[Row] | None:
         """The rows of :meth:`prefetch_next` if they start at ``read_position`` and lie

@@ -3,12 +3,12 @@ lease, migrated on open under an advisory lock.
 
 The tables and columns are SQLite's, one for one (a test compares them), plus PostgreSQL's
 own: ``leases`` (:mod:`._pg_lease`), ``members`` (:mod:`._pg_members`) and
-``flush_marks`` (:mod:`._pg_write`). Both stores
-keep the same rows: ``BIGINT`` for SQLite's integers (ids, sequence numbers and
-milliseconds all pass 2**31), ``BYTEA`` for blobs, ``BOOLEAN`` for flags, and a primary
-key on every table. SQLite's ``WITHOUT ROWID`` tables (clustered on their key) become
-heap tables with a primary-key B-tree: a range read of ``entries`` is an index range scan
-on ``(topic_id, ledger_id, entry_id)``, and appends land on the index's right edge.
+``flush_marks`` (:mod:`._pg_write`). Both stores keep the same rows: ``BIGINT`` for
+SQLite's integers (ids, sequence numbers and milliseconds all pass 2**31), ``BYTEA`` for
+blobs, ``BOOLEAN`` for flags, and a primary key on every table. SQLite's ``WITHOUT
+ROWID`` tables (clustered on their key) become heap tables with a primary-key B-tree: a
+range read of ``entries`` is an index range scan on ``(topic_id, ledger_id, entry_id)``,
+and appends land on the index's right edge.
 
 Every table lives in one database, so one PostgreSQL transaction (one group commit) can
 carry data, markers, coordinator decisions and cursor updates atomically, as with SQLite.

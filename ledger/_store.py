@@ -11,8 +11,7 @@ exists above ``ledger/`` (``tests/test_storage_seam.py`` checks it):
   ``put_cursor``, ``put_subscription_policy``, ``put_redelivery``, ``drop_subscription``),
   the coordinator (``reserve_txn_seqs``, ``record_txn``, ``put_finish_key``,
   ``prune_txns``, ``put_producer_epoch``, ``drop_producer_epoch``) and snapshots
-  (``put_snapshot``,
-  ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
+  (``put_snapshot``, ``put_snapshot_segment``, ``drop_snapshot_segments``, ...).
 * **Reads** are typed coroutines of the store, by the same domains (``ledger_rows``,
   ``read_range``, ``topic_rows``, ``subscription_rows``, ``txn_rows``,
   ``snapshot_rows``, ...), each documented below with the shape of its rows.

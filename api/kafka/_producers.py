@@ -114,8 +114,10 @@ class Producers:
         return secrets.randbits(_ID_BITS)
 
     @staticmethod
-    def transactional_producer_id(transactional_id: str, owner: str | None = None) -> int:
-        """A transactional id's producer id: the same on every InitProducerId."""
+    def transactional_producer_id(transactional_id: str, principal: Principal | None = None) -> int:
+        """A transactional id's (of ``principal``) producer id: the same on every
+        InitProducerId."""
+        owner, _ = _key(transactional_id, principal)
         key = transactional_id if owner is None else f"{owner}\0{transactional_id}"
         digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return int.from_bytes(digest) >> (64 - _ID_BITS)

@@ -41,8 +41,7 @@ class TxnApi(BrokerBase):
         if timeout_ms <= 0 or timeout_ms / 1000 > max_timeout:
             return answer(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         who = principal()
-        owner = None if who is None else who.name
-        producer_id = self.producers.transactional_producer_id(transactional_id, owner)
+        producer_id = self.producers.transactional_producer_id(transactional_id, who)
         # v3 (KIP-360): a producer that had an abortable error asks to bump its own epoch,
         # naming its producer id and epoch (-1: a fresh start, as before v3).
         expected_id = request.producer_id if version >= 3 else -1
@@ -97,10 +96,9 @@ class TxnApi(BrokerBase):
             txn = self.engine.producer_transaction(transactional_id, principal=who)
         except EngineError as exc:
             return self._coordinator_code(exc)
-        owner = None if who is None else who.name
         producer = TxnProducer(
             transactional_id,
-            self.producers.transactional_producer_id(transactional_id, owner),
+            self.producers.transactional_producer_id(transactional_id, who),
             durable,
             # (the InitProducerId's timeout is not durable: the transaction begun again
             # for a producer rebuilt before it wrote anything gets the default one)
