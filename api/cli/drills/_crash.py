@@ -147,7 +147,7 @@ class _CrashDrill:
                 if reasons
                 else "0",
             ),
-            ("txns unknown (commit died with the server)", str(outcomes["unknown"])),
+            ("txns in doubt (commit answer lost or 503)", str(outcomes["unknown"])),
             ("begins lost with the server", str(h.begin_failures)),
             ("messages produced", str(len(h.messages))),
             ("messages committed", str(h.committed_count())),

@@ -225,6 +225,12 @@ class Workload:
                 run.reason = "abort died with the server"
             return
         except TxnStreamHttpError as exc:
+            if exc.status == 503 and run.plan == "commit":
+                # An active that lost its lease or its storage while this commit was in
+                # flight answers 503 without knowing the outcome: the decision may be
+                # durable (the successor then finishes it). In doubt, as a lost answer.
+                run.outcome, run.reason = "unknown", "commit answered 503 (in doubt)"
+                return
             if exc.status != 409:
                 self._note(run.plan, _http(exc))
             run.reason = f"{run.plan} rejected ({exc.status})"
