@@ -8,7 +8,9 @@
 * **Writes.** The group commit of :class:`~txnstream.ledger.Store` is unchanged: one flush
   takes every batch queued since the last, and :func:`._pg_write.apply_flush` applies it
   on the writer's own connection as one PostgreSQL transaction, fence first, pipelined
-  (one round trip plus PostgreSQL's COMMIT). A flush completes (its callbacks run, its
+  (one round trip plus PostgreSQL's COMMIT). Two flushes may be in flight: the next goes
+  while the previous commits, and commits only if that one did
+  (:attr:`PgStore.pipeline_depth`). A flush completes (its callbacks run, its
   waiters wake) only after COMMIT returned, so durability is PostgreSQL's:
   ``synchronous_commit`` and ``synchronous_standby_names`` decide what a returned COMMIT
   survives. A flush whose COMMIT answer was lost is settled on a new connection
@@ -47,7 +49,7 @@ from ._pg_lease import STORE_SCOPE, Lease, LeaseState, read_lease
 from ._pg_members import announce, read_members, withdraw
 from ._pg_schema import migrate
 from ._pg_url import redact
-from ._pg_write import Run, apply_flush, flush_committed
+from ._pg_write import PredecessorNotCommitted, Run, apply_flush, flush_committed
 from ._sql_reads import ReadStatements, SqlStore
 from ._store import Member, Row, StorageMetrics, process_id
 
@@ -197,6 +199,8 @@ class PgStore(SqlStore):
         """This server's row in ``members`` (None: it keeps none)."""
         self._flush_seq = 0
         self._flush_task: asyncio.Task[None] | None = None
+        """The last flush sent (those before it are done or awaited by it)."""
+        self._connecting = asyncio.Lock()  # one writer connection at a time is made
         self._renew_task: asyncio.Task[None] | None = None
         self._database_bytes = 0
         self._connect_timeout = 10
@@ -336,44 +340,72 @@ class PgStore(SqlStore):
 
     # -- the writer ----------------------------------------------------------------
 
+    pipeline_depth = 2
+    """A second flush travels while the first commits (see :mod:`._pg_write`), so the
+    writer's round trip and the loop's turn no longer lie between two flushes: 8
+    producers of transactions of 10 went from 42k to 56k msg/s on a 2-core machine."""
+
     def _hop(self, batch: WriteBatch) -> None:
         # An operation the table does not name is PostgreSQL SQL already (this store's
         # own tests queue raw statements); the layers above only queue typed operations.
         writes = sql.WRITES
         runs: list[Run] = [(writes.get(op, op), rows) for op, rows in batch.ops]
+        before = self._flush_task
+        if before is not None and before.done():
+            before = None
+        after = self._flush_seq if before is not None else None
         self._flush_seq += 1
-        self._flush_task = asyncio.create_task(self._apply(runs, self._flush_seq))
+        self._flush_task = asyncio.create_task(self._apply(runs, self._flush_seq, after, before))
 
-    async def _apply(self, runs: list[Run], seq: int) -> None:
+    async def _apply(
+        self, runs: list[Run], seq: int, after: int | None, before: asyncio.Task[None] | None
+    ) -> None:
+        """Apply one flush, pipelined behind ``before`` (flush ``after``) when that one
+        has not answered yet, and answer in order: after ``before`` did."""
+        error: BaseException | None = None
         epoch = self.lease.epoch
         if epoch is None:
-            self._hopped(LeaseLostError("this server lost the store's lease", STORE_SCOPE, -1))
-            return
-        claims = {STORE_SCOPE: epoch}
-        error: BaseException | None = None
-        try:
-            conn = await self._writer_connection()
-            await apply_flush(conn, claims, runs, seq)
-        except psycopg.OperationalError as exc:
-            error = await self._settle(claims, seq, exc)
-        except Exception as exc:  # noqa: BLE001 - a failed flush is handed to _hopped
-            error = exc
+            error = LeaseLostError("this server lost the store's lease", STORE_SCOPE, -1)
+        else:
+            claims = {STORE_SCOPE: epoch}
+            try:
+                conn = await self._writer_connection(before)
+                await apply_flush(conn, claims, runs, seq, after=after)
+            except psycopg.OperationalError as exc:
+                if before is not None:  # its doubt first: this one commits only after it
+                    await asyncio.wait([before])
+                error = await self._settle(claims, seq, exc)
+            except PredecessorNotCommitted as exc:
+                error = _NotCommitted(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a failed flush is handed to _hopped
+                error = exc
+        if before is not None:
+            await asyncio.wait([before])  # (a task that failed or was cancelled counts)
         self._hopped(error)
 
-    async def _writer_connection(self) -> psycopg.AsyncConnection[Any]:
-        writer = self._writer
-        if writer is None or writer.closed or writer.broken:
-            if writer is not None:
-                await writer.close()
-            self._writer = None
-            writer = self._writer = await psycopg.AsyncConnection.connect(
-                self.url,
-                autocommit=True,
-                application_name=session_name(self.lease.holder),
-                connect_timeout=self._connect_timeout,
-                options=_session_options(self.lease.ttl),
-            )
-        return writer
+    async def _writer_connection(
+        self, before: asyncio.Task[None] | None = None
+    ) -> psycopg.AsyncConnection[Any]:
+        """The writer connection, a new one if it broke. A flush behind ``before`` takes
+        the one ``before`` went on as it is (broken, it fails there too, and is settled
+        after ``before``); it connects itself only if ``before`` could not (its check
+        that ``before`` committed still orders it)."""
+        async with self._connecting:  # (in order: a flush behind gets its predecessor's)
+            writer = self._writer
+            if before is not None and writer is not None:
+                return writer
+            if writer is None or writer.closed or writer.broken:
+                if writer is not None:
+                    await writer.close()
+                self._writer = None
+                writer = self._writer = await psycopg.AsyncConnection.connect(
+                    self.url,
+                    autocommit=True,
+                    application_name=session_name(self.lease.holder),
+                    connect_timeout=self._connect_timeout,
+                    options=_session_options(self.lease.ttl),
+                )
+            return writer
 
     async def _settle(
         self, claims: Mapping[str, int], seq: int, exc: BaseException

@@ -38,8 +38,11 @@ flush in doubt: it may have committed. Each flush therefore also writes its *mar
 transaction, and :func:`flush_committed` settles the doubt on a new connection: it locks
 the scope's lease row ``FOR UPDATE``, which waits until every transaction still holding it
 ``FOR SHARE`` (the flush in doubt, if its backend still runs) has ended, then reads the
-mark. The writer makes no further flush before the doubt is settled, so the mark is the
-in-doubt flush's exactly when it committed.
+mark. A flush sent behind another before that one's answer came (pipelined on the
+connection: the next flush travels while the previous commits) first checks that the
+previous one's mark is there (:data:`_FOLLOWS`) and rolls back whole if not; so a flush
+commits only after every flush before it did, and a mark at or past a flush's number
+says it committed. Its doubt is settled only after those before it are.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ import psycopg
 from psycopg import pq
 
 from ._errors import LeaseLostError
-from ._pg_lease import FENCE_SQL, as_lease_lost
+from ._pg_lease import FENCE_SQL, FENCED_SQLSTATE, as_lease_lost
 
 Params = Sequence[Any]
 Run = tuple[str, Sequence[Params]]
@@ -78,6 +81,22 @@ ON CONFLICT (scope) DO UPDATE SET epoch = EXCLUDED.epoch, seq = EXCLUDED.seq
 """
 _LOCK_LEASE = "SELECT epoch FROM leases WHERE scope = %s FOR UPDATE"
 _READ_MARK = "SELECT epoch, seq FROM flush_marks WHERE scope = %s"
+_FOLLOWS = (
+    "SELECT txnstream_fence(CASE WHEN EXISTS (SELECT FROM flush_marks"
+    " WHERE scope = %s AND epoch = %s AND seq = %s) THEN %s ELSE %s END, %s)"
+)
+"""A flush's check that the flush it follows committed: the fence on its own scope when
+that flush's mark is there, else on a scope no lease has, named after the flush
+(:data:`_NOT_AFTER`), which fails the same way a moved epoch does (``TXNF1``, the scope
+as its detail), so the check needs no function of its own in the schema."""
+_NOT_AFTER = "(flush {seq} of epoch {epoch} did not commit)"
+"""The scope :data:`_FOLLOWS` fences when the flush before did not commit (parentheses:
+no scope is named so)."""
+
+
+class PredecessorNotCommitted(Exception):
+    """A flush rolled back whole because the flush it follows did not commit: safe to
+    apply again (after that one)."""
 
 
 async def apply_flush(
@@ -85,18 +104,36 @@ async def apply_flush(
     claims: Mapping[str, int],
     runs: Iterable[Run],
     seq: int,
+    *,
+    after: int | None = None,
 ) -> None:
-    """Apply ``runs`` in one transaction on ``conn`` (autocommit, idle), fenced by
-    ``claims`` (scope -> epoch) and marked with flush number ``seq`` in each scope;
-    returns once COMMIT returned.
+    """Apply ``runs`` in one transaction on ``conn`` (autocommit), fenced by ``claims``
+    (scope -> epoch) and marked with flush number ``seq`` in each scope; returns once
+    COMMIT returned.
+
+    ``after``: the number of a flush sent on ``conn`` before this one whose answer has
+    not come yet. This one is then sent at once, behind it (pipelined: PostgreSQL runs
+    them in order on the connection), and commits only if that one did. The answers
+    are read in the order the flushes were sent.
 
     Raises :class:`~txnstream.ledger.LeaseLostError` when a scope's lease moved
-    (nothing stored), ``psycopg.Error`` for anything else: a statement's error (nothing
-    stored) or a connection failure (the outcome unknown: see :func:`flush_committed`).
+    (nothing stored), :class:`PredecessorNotCommitted` when flush ``after`` did not
+    commit (nothing stored), ``psycopg.Error`` for anything else: a statement's error
+    (nothing stored) or a connection failure (the outcome unknown: see
+    :func:`flush_committed`).
     """
     scopes = sorted(claims.items())
+    follows: list[Run] = []
+    if after is not None:
+        follows = [
+            (
+                _FOLLOWS,
+                [(s, e, after, s, _NOT_AFTER.format(seq=after, epoch=e), e) for s, e in scopes],
+            )
+        ]
     statements: list[Run] = [
         (FENCE_SQL, scopes),
+        *follows,
         *merge_inserts(runs),
         (_MARK, [(s, e, seq) for s, e in scopes]),
     ]
@@ -108,6 +145,10 @@ async def apply_flush(
         else:
             await _apply_encoded(conn, encoded)
     except psycopg.Error as exc:
+        if exc.sqlstate == FENCED_SQLSTATE and exc.diag.message_detail not in claims:
+            raise PredecessorNotCommitted(
+                f"flush {seq} rolled back: the flush {after} before it did not commit"
+            ) from exc
         lost = as_lease_lost(exc, claims)
         if lost is not None:
             raise lost from exc
@@ -312,17 +353,42 @@ def _encode_runs(runs: Iterable[Run], encoding: str) -> Encoded:
     return encoded
 
 
+@dataclass(slots=True)
+class _Order:
+    """The flushes sent on one connection whose answers were not read yet."""
+
+    last: asyncio.Future[None] | None = None
+    """Done once the last flush sent has read its answer (or given up)."""
+    exclusive: bool = False
+    """The last flush is one psycopg's own pipeline sends (nothing may queue behind it)."""
+    sent: int = 0
+    """Flushes sent in pipeline mode and not answered: pipeline mode ends at 0."""
+
+
+_ORDERS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Order] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def _apply_encoded(conn: psycopg.AsyncConnection[Any], runs: Encoded) -> None:
     """Send ``runs`` in pipeline mode with one Sync (one implicit transaction), as one
-    write; wait for the Sync's answer. On an error the connection is closed unless the
-    server answered the whole pipeline (then it is idle again, and usable)."""
+    write, at once, behind any flush still waiting for its answer on ``conn``; then,
+    once those have read theirs, wait for the Sync's answer. On an error the connection
+    is closed unless the server answered the whole pipeline (then it is usable)."""
+    order = _ORDERS.setdefault(conn, _Order())
+    while order.exclusive and order.last is not None:
+        await order.last  # (psycopg's pipeline is running: queue nothing behind it)
     pgconn = conn.pgconn
     prepared = _STATEMENTS.setdefault(conn, {})
     new: dict[str, bytes] = {}  # prepared by this pipeline (known once it answered)
     preparing: list[tuple[str, bytes] | None] = []  # what each result answers
     answered = False
-    pgconn.enter_pipeline_mode()
+    before, mine = order.last, asyncio.get_running_loop().create_future()
+    order.last, order.exclusive = mine, False
+    order.sent += 1
     try:
+        if pgconn.pipeline_status == pq.PipelineStatus.OFF:
+            pgconn.enter_pipeline_mode()
         for sql, rows in runs:
             name = prepared.get(sql) or new.get(sql)
             if name is None:
@@ -333,13 +399,21 @@ async def _apply_encoded(conn: psycopg.AsyncConnection[Any], runs: Encoded) -> N
                 pgconn.send_query_prepared(name, values, param_formats=formats)
                 preparing.append(None)
         pgconn.pipeline_sync()
+        pgconn.flush()  # what the socket takes now; the rest goes in this flush's turn
+        if before is not None:
+            await before  # the answers come in order: theirs first
         results = await _exchange(pgconn)
         answered = True
     finally:
-        if answered:
-            pgconn.exit_pipeline_mode()
-        else:  # cancelled or broken mid-way: its state is unknown, it is not used again
+        order.sent -= 1
+        if not answered:  # cancelled or broken mid-way: its state is unknown, not used again
             await conn.close()
+        elif not order.sent:
+            pgconn.exit_pipeline_mode()
+        if not mine.done():
+            mine.set_result(None)
+        if order.last is mine:
+            order.last = None
     error: pq.abc.PGresult | None = None
     for result, prepare in zip(results, preparing, strict=True):
         status = result.status
@@ -398,13 +472,24 @@ async def _ready(fd: int, *, write: bool) -> int:
 
 async def _apply_adapted(conn: psycopg.AsyncConnection[Any], runs: Iterable[Run]) -> None:
     """The same transaction through psycopg's pipeline, which adapts any Python value
-    (a statement, and a socket write, at a time)."""
-    async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
-        for sql, rows in runs:
-            if len(rows) == 1:
-                await cur.execute(sql, rows[0])
-            elif rows:
-                await cur.executemany(sql, rows)
+    (a statement, and a socket write, at a time), once every flush sent before it has
+    its answer; nothing is sent behind it meanwhile."""
+    order = _ORDERS.setdefault(conn, _Order())
+    before, mine = order.last, asyncio.get_running_loop().create_future()
+    order.last, order.exclusive = mine, True
+    try:
+        if before is not None:
+            await before
+        async with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+            for sql, rows in runs:
+                if len(rows) == 1:
+                    await cur.execute(sql, rows[0])
+                elif rows:
+                    await cur.executemany(sql, rows)
+    finally:
+        mine.set_result(None)
+        if order.last is mine:
+            order.last, order.exclusive = None, False
 
 
 async def flush_committed(
@@ -441,5 +526,6 @@ async def flush_committed(
                     epoch,
                 )
             mark = await (await conn.execute(_READ_MARK, (scope,))).fetchone()
-            committed = committed and mark is not None and tuple(mark) == (epoch, seq)
+            # A later flush commits only after this one did (``after``): its mark counts.
+            committed = committed and mark is not None and mark[0] == epoch and mark[1] >= seq
     return committed

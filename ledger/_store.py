@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import contextlib
 import errno
 import logging
@@ -108,6 +109,19 @@ _FULL_RETRY_MAX = 1.0  # ... doubling up to this: writes resume within a second 
 _SPACE_CHECK_INTERVAL = 0.01  # statvfs costs ~1 us: fresh enough, yet not per batch under load
 
 Row = tuple[Any, ...]
+
+
+@dataclass(slots=True, eq=False)
+class _Flight:
+    """A flush taken from the open batch and not yet durable."""
+
+    batch: WriteBatch
+    future: asyncio.Future[None] | None
+    """Its waiters' future (None: nobody waits)."""
+    started: float = 0.0
+    """When it went to the writer (``perf_counter``), for ``on_flush``."""
+    failed: BaseException | None = None
+    """Its transient error while it waits to be sent again (with those behind it)."""
 
 
 def is_no_space(exc: BaseException) -> bool:
@@ -203,9 +217,11 @@ class Store(abc.ABC):
         self.on_flush: Callable[[int, float], None] | None = None
         """Called after each flush with its entry count and its duration in seconds
         (the store transaction, fsync included)."""
-        self._inflight: tuple[WriteBatch, asyncio.Future[None] | None] | None = None
+        # The flushes taken and not yet durable, oldest first: at most
+        # ``pipeline_depth``. Answers come in this order (see _hop).
+        self._inflight: collections.deque[_Flight] = collections.deque()
+        self._unanswered = 0  # flushes handed to _hop whose _hopped has not come yet
         self._attempt = 0
-        self._started = 0.0  # when the flush in flight went to the writer
         self._idle = asyncio.Event()  # set while nothing is in flight
         self._idle.set()
         self.disk_full: str | None = None
@@ -247,7 +263,7 @@ class Store(abc.ABC):
             if future is None:
                 future = self._open_future = asyncio.get_running_loop().create_future()
             self._urgent = True
-            if self._inflight is None:
+            if self._room():
                 if self.kick_at_once:
                     # The writer process runs beside the loop: it starts on this flush
                     # while the pass goes on, and what the pass submits meanwhile takes
@@ -262,7 +278,7 @@ class Store(abc.ABC):
             return future
         if open_.entries >= self._flush_entries:
             self._urgent = True
-            if self._inflight is None and not self._kick_soon:
+            if self._room() and not self._kick_soon:
                 self._kick_soon = True
                 asyncio.get_running_loop().call_soon(self._kick)
         elif self._linger_handle is None and not self._urgent:
@@ -412,7 +428,7 @@ class Store(abc.ABC):
         linger, or at once when it holds ``flush_entries``."""
         if self._open.entries >= self._flush_entries:
             self._urgent = True
-            if self._inflight is None and not self._kick_soon:
+            if self._room() and not self._kick_soon:
                 self._kick_soon = True
                 asyncio.get_running_loop().call_soon(self._kick)
         elif self._linger_handle is None and not self._urgent:
@@ -437,38 +453,59 @@ class Store(abc.ABC):
     def _lingered(self) -> None:
         self._linger_handle = None
         self._urgent = True
-        if self._inflight is None:
+        if self._room():
             self._kick()
 
+    def _room(self) -> bool:
+        """Whether another flush may go to the writer now: fewer than
+        :attr:`pipeline_depth` in flight, none of them waiting to be sent again."""
+        inflight = self._inflight
+        return not inflight or (len(inflight) < self.pipeline_depth and inflight[0].failed is None)
+
     def _kick(self) -> None:
-        """Start a flush of the open batch if one is due and none is in flight."""
+        """Start a flush of the open batch if one is due and there is room for it."""
         self._kick_soon = False
-        if self._inflight is not None or self.failure is not None:
+        if not self._room() or self.failure is not None:
             return
         if not (self._open or self._open_future is not None):
             self._urgent = False
-            if self._closing:
+            if self._closing and not self._inflight:
                 self._idle.set()
             return
         if not (self._urgent or self._closing):
             return
+        if self._inflight and not self._open.ops:
+            return  # (it completes after those in flight: it goes once they are durable)
         self._urgent = False
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
-        batch, future = self._open, self._open_future
+        flight = _Flight(self._open, self._open_future)
         self._open, self._open_future = WriteBatch(), None
         self.generation += 1
-        self._inflight_entries = batch.entries
-        self._written_since_check += batch.bytes
-        self._inflight = (batch, future)
+        self._inflight_entries += flight.batch.entries
+        self._written_since_check += flight.batch.bytes
+        if not self._inflight:
+            self._attempt = 0
+        self._inflight.append(flight)
         self._idle.clear()
-        self._attempt = 0
-        self._started = time.perf_counter()
-        if batch.ops:
-            self._hop(batch)
-        else:  # only callbacks or waiters: nothing to write
+        self._send(flight)
+
+    def _send(self, flight: _Flight) -> None:
+        """Hand ``flight`` to the writer (again, after a transient failure)."""
+        flight.failed = None
+        flight.started = time.perf_counter()
+        self._unanswered += 1
+        if flight.batch.ops:
+            self._hop(flight.batch)
+        else:  # only callbacks or waiters: nothing to write (and nothing in flight)
             asyncio.get_running_loop().call_soon(self._hopped, None)
+
+    pipeline_depth = 1
+    """How many flushes may be in flight at once. Above 1, :meth:`_hop` may be called
+    again before the previous flush answered; the store must then apply the flushes in
+    the order it got them, call :meth:`_hopped` in that order, and never commit a flush
+    whose predecessor did not commit (it fails, transiently, instead)."""
 
     @abc.abstractmethod
     def _hop(self, batch: WriteBatch) -> None:
@@ -487,16 +524,20 @@ class Store(abc.ABC):
     def _check(self) -> None:
         """Assert the writer state machine's invariants between loop steps (the model
         tests call it after every step, as sortedcontainers' ``_check``)."""
-        assert (self._inflight is None) == self._idle.is_set(), "idle iff no flush in flight"
-        if self._inflight is None:
-            assert self._inflight_entries == 0
-        else:
-            assert self._inflight_entries in (0, self._inflight[0].entries)
+        inflight = self._inflight
+        assert (not inflight) == self._idle.is_set(), "idle iff no flush in flight"
+        assert len(inflight) <= self.pipeline_depth
+        assert self._inflight_entries == sum(f.batch.entries for f in inflight)
+        waiting = 1 if self._full_retry is not None else 0
+        assert self._unanswered == sum(f.failed is None for f in inflight) - waiting
+        # answers come in order: those that failed and wait to go again come first
+        failed = [f.failed is not None for f in inflight]
+        assert failed == sorted(failed, reverse=True), "a failed flush behind an unanswered one"
         assert not self._closed or self._closing
         if self.failure is not None:
             assert not self._open
             assert self._open_future is None
-        elif self._inflight is None and (self._open or self._open_future is not None):
+        elif not inflight and (self._open or self._open_future is not None):
             # no lost wake-up: queued work has a flush coming (a kick or the linger)
             assert self._kick_soon or self._linger_handle is not None, "queued, no flush due"
 
@@ -505,63 +546,92 @@ class Store(abc.ABC):
         self._fail(exc, [])
 
     def _hopped(self, exc: BaseException | None) -> None:
-        assert self._inflight is not None
-        batch, future = self._inflight
+        """The writer's answer for the oldest flush it has not answered yet."""
+        self._unanswered -= 1
+        flight = next(f for f in self._inflight if f.failed is None)
         if exc is None and self.failure is not None:
             exc = self.failure  # a callback failed meanwhile: this flush is not published
         if exc is None:
             exc = self._lost()  # before anything of this flush is acknowledged
         if exc is not None and is_no_space(exc) and not self._closing and self.failure is None:
             # Rolled back whole: hold it and apply it again once it fits (module docstring).
+            # (A store whose flushes meet a full disk keeps one in flight.)
             if self.disk_full is None:
                 log.error("the disk is full (%s): writes wait until space is freed", exc)
             self.disk_full = str(exc)
             self._full_retry = asyncio.get_running_loop().call_later(
-                self._full_delay, self._retry_full, batch
+                self._full_delay, self._retry_full, flight
             )
             self._full_delay = min(self._full_delay * 2, _FULL_RETRY_MAX)
             return
+        if exc is None and flight is not self._inflight[0]:
+            # The store broke its promise never to commit a flush after one that failed.
+            exc = EngineFailedError("a flush committed after the one before it failed")
         if exc is not None:
-            delay = _RETRY_DELAYS[self._attempt] if self._attempt < len(_RETRY_DELAYS) else None
-            if self._transient(exc) and delay is not None and self.failure is None:
-                self._attempt += 1
-                log.warning("flush failed (attempt %d), retrying: %s", self._attempt, exc)
-                asyncio.get_running_loop().call_later(delay, self._hop, batch)
+            if self._transient(exc) and self._attempt < len(_RETRY_DELAYS) and self.failure is None:
+                # It goes again, and with it every flush behind it (those fail too: a
+                # flush never commits after its predecessor failed), once all answered.
+                flight.failed = exc
+                if not self._unanswered:
+                    delay = _RETRY_DELAYS[self._attempt]
+                    self._attempt += 1
+                    log.warning("flush failed (attempt %d), retrying: %s", self._attempt, exc)
+                    asyncio.get_running_loop().call_later(delay, self._resend)
                 return
-            self._inflight = None
-            self._fail(exc, [future])
-            self._idle.set()
+            # Final: this flush and those failed before it (their answers are in) end here;
+            # those behind it end with their own answers (failed, as the store now is).
+            ended = [f for f in self._inflight if f.failed is not None or f is flight]
+            for each in ended:
+                self._inflight.remove(each)
+                self._inflight_entries -= each.batch.entries
+            self._fail(exc, [each.future for each in ended])
+            if not self._inflight:
+                self._idle.set()
             return
         if self.disk_full is not None:
             log.warning("the disk has space again: writes resume")
             self.disk_full = None
             self._full_delay = _FULL_RETRY_FIRST
             self._free_checked = -1.0
-        self._inflight = None
-        self._inflight_entries = 0
-        seconds = time.perf_counter() - self._started
+        self._inflight.popleft()
+        self._inflight_entries -= flight.batch.entries
+        self._attempt = 0
+        seconds = time.perf_counter() - flight.started
         self._kick()  # the next due flush goes to disk before this one's callbacks run
-        self._complete(batch, future, seconds)
-        if self._inflight is None:
-            self._kick()  # a callback may have submitted more
-            if self._inflight is None:
-                self._idle.set()
+        self._complete(flight.batch, flight.future, seconds)
+        self._kick()  # a callback may have submitted more
+        if not self._inflight:
+            self._idle.set()
 
-    def _retry_full(self, batch: WriteBatch) -> None:
+    def _resend(self) -> None:
+        """Send again, in order, the flushes that failed transiently (all of those in
+        flight: each answered), unless the store failed meanwhile."""
+        if self.failure is not None:
+            ended = list(self._inflight)
+            self._inflight.clear()
+            self._inflight_entries = 0
+            self._fail(self.failure, [each.future for each in ended])
+            self._idle.set()
+            return
+        for flight in self._inflight:
+            self._send(flight)
+
+    def _retry_full(self, flight: _Flight) -> None:
         self._full_retry = None
-        self._hop(batch)
+        self._send(flight)
 
     def _give_up_full(self) -> None:
         """Closing while a flush waits for space: it was not written; its waiters hear so."""
-        if self._full_retry is None or self._inflight is None:
+        if self._full_retry is None or not self._inflight:
             return  # (a retry is on its way: its answer decides)
         self._full_retry.cancel()
         self._full_retry = None
-        _, future = self._inflight
-        self._inflight = None
+        flight = self._inflight.popleft()
+        self._inflight_entries -= flight.batch.entries
         exc = OSError(errno.ENOSPC, f"the disk is full: {self.disk_full}")
-        self._fail(exc, [future])
-        self._idle.set()
+        self._fail(exc, [flight.future])
+        if not self._inflight:
+            self._idle.set()
 
     def _complete(
         self, batch: WriteBatch, future: asyncio.Future[None] | None, seconds: float
@@ -593,7 +663,6 @@ class Store(abc.ABC):
         pending = [*futures, self._open_future]
         self._open, self._open_future = WriteBatch(), None
         self.generation += 1
-        self._inflight_entries = 0
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
@@ -608,7 +677,7 @@ class Store(abc.ABC):
             if future is not None and not future.done():
                 future.set_exception(error)
         self._flushed.set()
-        if self._inflight is None:
+        if not self._inflight:
             self._idle.set()
         if self.on_failure is not None:
             self.on_failure(exc)
@@ -661,11 +730,11 @@ class Store(abc.ABC):
             self._linger_handle.cancel()
             self._linger_handle = None
         self._kick()
-        while self._inflight is not None or (
+        while self._inflight or (
             self.failure is None and (self._open or self._open_future is not None)
         ):
             self._give_up_full()
-            if self._inflight is None and self.failure is not None:
+            if not self._inflight and self.failure is not None:
                 break
             self._idle.clear()
             self._kick()

@@ -5,7 +5,7 @@ active, fencing), and a writer connection lost between flushes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -367,6 +367,74 @@ async def test_a_writer_connection_lost_between_flushes_is_replaced(
         row = await (await other.execute("SELECT count(*) FROM topics")).fetchone()
     assert row == (2,)
     assert store.failure is None
+
+
+async def test_pipelined_flushes_whose_connection_dies_are_stored_once_in_order(
+    store: PgStore, pg_url: str
+) -> None:
+    """Eight writers keep two flushes in flight while the writer's backend is ended again
+    and again: each flush then fails with another behind it, is settled, and both go
+    again in order. Every acknowledged write is stored, none twice (a row written twice
+    would fail the store: the log's key is unique), and in submission order."""
+    batch = WriteBatch()
+    batch.create_topic(0, "a", 1)
+    await store.write(batch)
+    assert store.pipeline_depth == 2
+    acked: list[int] = []
+    submitted = 0
+    most_in_flight = 0
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        nonlocal submitted, most_in_flight
+        while not stop.is_set():
+            entry = submitted
+            submitted += 1
+            batch = WriteBatch()
+            batch.insert_entries([(0, 0, entry, 0, None, b"x" * 100)])
+            future = store.submit(batch)
+            most_in_flight = max(most_in_flight, len(store._inflight))
+            assert future is not None
+            await future
+            acked.append(entry)
+
+    writers = [asyncio.create_task(writer()) for _ in range(8)]
+    ended = 0
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+        for _ in range(5):
+            await wait_until(_more(acked, 200), 30, "writes to go on")
+            writer_conn = store._writer
+            assert writer_conn is not None
+            row = await (
+                await other.execute(
+                    "SELECT pg_terminate_backend(%s)", (writer_conn.info.backend_pid,)
+                )
+            ).fetchone()
+            ended += row == (True,)
+        await wait_until(_more(acked, 200), 30, "writes to go on after the last")
+        stop.set()
+        await asyncio.gather(*writers)
+        rows = await (
+            await other.execute("SELECT entry_id FROM entries ORDER BY ledger_id, entry_id")
+        ).fetchall()
+    stored = [entry for (entry,) in rows]
+    assert store.failure is None
+    assert ended >= 3
+    assert most_in_flight == 2
+    assert set(acked) <= set(stored)
+    assert stored == sorted(set(stored))
+    # everything submitted, in submission order (every writer's last write was awaited)
+    assert stored == list(range(submitted))
+
+
+def _more(acked: list[int], n: int) -> Callable[[], Awaitable[bool]]:
+    """A condition for :func:`wait_until`: ``n`` more acknowledgements than now."""
+    target = len(acked) + n
+
+    async def check() -> bool:
+        return len(acked) >= target
+
+    return check
 
 
 async def test_writes_go_on_after_a_postgresql_restart(pg_cluster: Cluster, store: PgStore) -> None:

@@ -16,7 +16,13 @@ from support import wait_until
 from txnstream.ledger import LeaseLostError
 from txnstream.ledger._pg_lease import FENCE_SQL, STORE_SCOPE, Lease
 from txnstream.ledger._pg_schema import migrate
-from txnstream.ledger._pg_write import Run, apply_flush, flush_committed, merge_inserts
+from txnstream.ledger._pg_write import (
+    PredecessorNotCommitted,
+    Run,
+    apply_flush,
+    flush_committed,
+    merge_inserts,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -92,6 +98,64 @@ async def test_a_flush_of_a_lost_lease_stores_nothing(store: tuple[Conn, Lease])
     assert await count(conn) == 0
     with pytest.raises(LeaseLostError, match="in doubt"):
         await flush_committed(conn, claims, 1)
+
+
+async def test_a_flush_pipelined_behind_another_commits_after_it(
+    store: tuple[Conn, Lease], pg_url: str
+) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    order: list[int] = []
+
+    async def flush(seq: int, runs: list[Run], after: int | None) -> None:
+        await apply_flush(conn, claims, runs, seq, after=after)
+        order.append(seq)
+
+    first = asyncio.create_task(flush(1, [entries(1, 0, 2000)], None))
+    await asyncio.sleep(0)  # the first is on its way ...
+    second = asyncio.create_task(flush(2, [entries(1, 1, 10)], 1))  # ... the second behind it
+    await asyncio.gather(first, second)
+    assert order == [1, 2]  # answered in the order sent
+    other = await connect(pg_url)
+    try:
+        assert await count(other) == 2010
+        # the second's mark says the first committed too (it could not commit otherwise)
+        assert await flush_committed(other, claims, 1)
+        assert await flush_committed(other, claims, 2)
+        assert not await flush_committed(other, claims, 3)
+    finally:
+        await other.close()
+    await apply_flush(conn, claims, [entries(1, 2, 1)], seq=3)  # out of pipeline mode again
+    assert await count(conn) == 2011
+
+
+async def test_a_flush_pipelined_behind_one_that_failed_stores_nothing(
+    store: tuple[Conn, Lease],
+) -> None:
+    conn, lease = store
+    assert lease.epoch is not None
+    claims = {STORE_SCOPE: lease.epoch}
+    await apply_flush(conn, claims, [entries(1, 0, 10)], seq=1)
+    # entry 9 again: the second flush fails on the server ...
+    failing = asyncio.create_task(
+        apply_flush(conn, claims, [entries(1, 1, 100), entries(1, 0, 1, start=9)], seq=2, after=1)
+    )
+    await asyncio.sleep(0)
+    # ... and the third, sent behind it before its answer came, must not commit without it
+    behind = asyncio.create_task(apply_flush(conn, claims, [entries(1, 2, 5)], seq=3, after=2))
+    results = await asyncio.gather(failing, behind, return_exceptions=True)
+    assert isinstance(results[0], psycopg.errors.UniqueViolation)
+    assert isinstance(results[1], PredecessorNotCommitted), results[1]
+    assert await count(conn) == 10
+    assert not await flush_committed(conn, claims, 2)
+    assert not await flush_committed(conn, claims, 3)
+    # the connection goes on: both again, in order (new numbers), the first fixed
+    again = asyncio.create_task(apply_flush(conn, claims, [entries(1, 1, 100)], seq=4))
+    await asyncio.sleep(0)
+    await apply_flush(conn, claims, [entries(1, 2, 5)], seq=5, after=4)
+    await again
+    assert await count(conn) == 115
 
 
 async def test_what_a_flush_returned_for_survives_a_kill_9(
