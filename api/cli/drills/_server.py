@@ -370,13 +370,17 @@ class ServerFleet:
         """One failover: kill -9 the active, time the takeover, restart it as a standby."""
         victim = await self.active()
         self._expected.discard(victim.index)
+        alone = len(self.members) == 1
+        if alone:  # nobody to take over: the workload waits, as for a server of its own
+            self.up.clear()
         killed = time.monotonic()
         victim.kill()
         history.kills += 1
-        if len(self.members) == 1:  # nobody to take over: it comes back once its lease expired
+        if alone:  # it comes back as a standby and serves once its old lease expired
             await self._launch(victim, {"ok"})
             history.restart_seconds.append(time.monotonic() - killed)
             self._new_era()
+            self.up.set()
             return
         successor = await self._takeover(victim, killed)
         history.failovers.append(Failover(victim.url, successor.url, time.monotonic() - killed))
