@@ -53,7 +53,7 @@ import itertools
 import re
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -160,10 +160,6 @@ class _Unsupported(Exception):
 
 
 _PLACEHOLDER = re.compile(r"%(s|%)")
-_STATEMENTS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], dict[str, bytes]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Each writer connection's prepared statements: SQL text -> name."""
 _NAMES = itertools.count()
 """Prepared statements' numbers: a name is never given twice (a statement prepared by a
 pipeline that failed further on exists, one after the failure does not)."""
@@ -354,9 +350,12 @@ def _encode_runs(runs: Iterable[Run], encoding: str) -> Encoded:
 
 
 @dataclass(slots=True)
-class _Order:
-    """The flushes sent on one connection whose answers were not read yet."""
+class _Writer:
+    """What a writer connection has: its prepared statements, and the flushes sent on
+    it whose answers were not read yet."""
 
+    prepared: dict[str, bytes] = field(default_factory=dict)
+    """SQL text -> the name it is prepared under."""
     last: asyncio.Future[None] | None = None
     """Done once the last flush sent has read its answer (or given up)."""
     exclusive: bool = False
@@ -365,7 +364,7 @@ class _Order:
     """Flushes sent in pipeline mode and not answered: pipeline mode ends at 0."""
 
 
-_ORDERS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Order] = (
+_WRITERS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Writer] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -375,11 +374,11 @@ async def _apply_encoded(conn: psycopg.AsyncConnection[Any], runs: Encoded) -> N
     write, at once, behind any flush still waiting for its answer on ``conn``; then,
     once those have read theirs, wait for the Sync's answer. On an error the connection
     is closed unless the server answered the whole pipeline (then it is usable)."""
-    order = _ORDERS.setdefault(conn, _Order())
+    order = _WRITERS.setdefault(conn, _Writer())
     while order.exclusive and order.last is not None:
         await order.last  # (psycopg's pipeline is running: queue nothing behind it)
     pgconn = conn.pgconn
-    prepared = _STATEMENTS.setdefault(conn, {})
+    prepared = order.prepared
     new: dict[str, bytes] = {}  # prepared by this pipeline (known once it answered)
     preparing: list[tuple[str, bytes] | None] = []  # what each result answers
     answered = False
@@ -474,7 +473,7 @@ async def _apply_adapted(conn: psycopg.AsyncConnection[Any], runs: Iterable[Run]
     """The same transaction through psycopg's pipeline, which adapts any Python value
     (a statement, and a socket write, at a time), once every flush sent before it has
     its answer; nothing is sent behind it meanwhile."""
-    order = _ORDERS.setdefault(conn, _Order())
+    order = _WRITERS.setdefault(conn, _Writer())
     before, mine = order.last, asyncio.get_running_loop().create_future()
     order.last, order.exclusive = mine, True
     try:
