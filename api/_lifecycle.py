@@ -74,6 +74,7 @@ class Lifecycle:
         step down to one when it is lost), instead of failing."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._gc_frozen = False
+        self._gc_young = False
         self._loading: Store | None = None
         """The store a recovery is rebuilding a term from (health reports a full disk
         while the recovery waits for space)."""
@@ -103,8 +104,10 @@ class Lifecycle:
                 if not self._standby_allowed:
                     raise
                 log.info("another server is the active: standing by")
+                self._hold_young_threshold()
                 self._enter_standby()
                 return
+            self._hold_young_threshold()
             if self._config.gc_freeze:  # before collection resumes: the young generation
                 gc_policy.freeze()  # holds all the recovered objects until then
                 self._gc_frozen = True
@@ -226,7 +229,17 @@ class Lifecycle:
             if self._gc_frozen:
                 self._gc_frozen = False
                 gc_policy.release()
+            if self._gc_young:
+                self._gc_young = False
+                gc_policy.release_young_threshold()
         self._core.state = EngineState.CLOSED
+
+    def _hold_young_threshold(self) -> None:
+        """Collect the young generation less often while this engine is open (see
+        ``api/_gc.py``); with ``gc_freeze`` off the collector is left to the host."""
+        if self._config.gc_freeze and not self._gc_young:
+            gc_policy.hold_young_threshold()
+            self._gc_young = True
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
         task = asyncio.create_task(coro, name=name)

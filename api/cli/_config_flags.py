@@ -63,7 +63,8 @@ HELP = {
     " __txnstream_owner.json marker): only when that one is gone for good.",
     "writer": "Where SQLite writes run: thread (in this process) or process (a child"
     " process, so they do not share the event loop's core).",
-    "gc_freeze": "Freeze the recovered state out of Python's full garbage collections.",
+    "gc_freeze": "Freeze the recovered state out of Python's full garbage collections,"
+    " and collect the young generation less often.",
     "lease_timeout": "PostgreSQL store: seconds the active's lease lasts unrenewed (it renews"
     " every third of it); a standby takes over once it expired.",
     "advertise_url": "PostgreSQL store: the URL clients are sent to while this server is"

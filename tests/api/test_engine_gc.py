@@ -1,6 +1,7 @@
 """The engine's garbage-collector policy (``EngineConfig.gc_freeze``): what exists once an
 engine is open is frozen out of full collections, collection resumes as the host had it,
-and the last close hands frozen objects back to the collector."""
+the last close hands frozen objects back to the collector, and while engines are open
+the young generation is collected every ``YOUNG_THRESHOLD`` net new containers."""
 
 from __future__ import annotations
 
@@ -28,10 +29,15 @@ def clean_collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Engines other tests keep open (a session's server) would hold the freeze past
     # these tests' closes: count only this test's engines.
     monkeypatch.setattr(_gc, "_frozen", 0)
+    monkeypatch.setattr(_gc, "_young", 0)
+    monkeypatch.setattr(_gc, "_host_thresholds", None)
     gc.unfreeze()
     enabled = gc.isenabled()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # CPython's defaults, whatever the session set
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     if enabled:
         gc.enable()
 
@@ -85,8 +91,78 @@ async def test_gc_freeze_off_leaves_the_collector_alone(tmp_path: Path) -> None:
     garbage = cycle()
     async with Engine.open(tmp_path / "d", EngineConfig(gc_freeze=False)):
         assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == (700, 10, 10)
         gc.collect()
         assert garbage() is None
+
+
+async def test_open_engines_collect_the_young_generation_less_often(tmp_path: Path) -> None:
+    first = await Engine.open(tmp_path / "a", EngineConfig())
+    assert gc.get_threshold() == (_gc.YOUNG_THRESHOLD, 10, 10)
+    second = await Engine.open(tmp_path / "b", EngineConfig())
+    await first.close()
+    assert gc.get_threshold() == (_gc.YOUNG_THRESHOLD, 10, 10), "one engine is still open"
+    await second.close()
+    assert gc.get_threshold() == (700, 10, 10)
+    await second.close()  # idempotent
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+@pytest.mark.parametrize("host", [(0, 10, 10), (20_000, 5, 5)])
+async def test_a_host_threshold_that_is_off_or_higher_is_kept(
+    tmp_path: Path, host: tuple[int, int, int]
+) -> None:
+    gc.set_threshold(*host)
+    async with Engine.open(tmp_path / "d", EngineConfig()):
+        assert gc.get_threshold() == host
+    assert gc.get_threshold() == host
+
+
+async def test_thresholds_the_host_set_while_open_are_not_undone(tmp_path: Path) -> None:
+    async with Engine.open(tmp_path / "d", EngineConfig()):
+        gc.set_threshold(1000, 20, 20)
+    assert gc.get_threshold() == (1000, 20, 20)
+
+
+async def test_a_failed_open_leaves_the_thresholds_alone(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(FileExistsError):
+        await Engine.open(tmp_path / "file", EngineConfig())
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+async def test_a_consumer_draining_a_backlog_rarely_runs_a_young_collection(
+    tmp_path: Path,
+) -> None:
+    """Receive + cumulative ack of 1,000 at a time: each batch holds thousands of young
+    containers until its messages are made, so at CPython's 700 every batch ran a young
+    collection (25 in 20 batches here) walking objects about to be freed."""
+    async with Engine.open(tmp_path / "d", EngineConfig()) as engine:
+        await engine.create_topic("t")
+        for _ in range(20):
+            txn = await engine.begin()
+            await txn.send_many("t", [b"x" * 100] * 1000)
+            await txn.commit()
+        sub = await engine.subscribe("t", "s", initial_position="earliest")
+        young: list[int] = []
+
+        def count(phase: str, info: dict[str, int]) -> None:
+            if phase == "start" and info["generation"] == 0:
+                young.append(1)
+
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            read = 0
+            while read < 20_000:
+                got = await sub.receive(max=1000, timeout=5.0)
+                assert got, f"the backlog ended early, at {read}"
+                read += len(got)
+                await sub.ack(got[-1].position, cumulative=True)
+        finally:
+            gc.callbacks.remove(count)
+    assert read == 20_000
+    assert len(young) <= 5, f"{len(young)} young collections for 20 batches"
 
 
 async def test_a_failed_open_releases_nothing_it_did_not_take(tmp_path: Path) -> None:
