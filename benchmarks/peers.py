@@ -252,37 +252,47 @@ _OUTBOX_PAGE = "SELECT id, topic, payload FROM outbox WHERE id > %s ORDER BY id 
 
 
 def outbox(url: str, batches: list[list[bytes]], reads: int = 1) -> Result:
-    """The outbox peer on the (empty) database at ``url``: a transaction of
-    ``executemany`` + ``COMMIT`` per batch, then every row read back by id, ``PAGE`` rows
-    a query (``reads`` times over, timed together); messages/s of each. Durable as the
-    server's ``synchronous_commit`` says."""
+    """The outbox peer on the (empty) database at ``url``: :func:`outbox_produce`, then
+    :func:`outbox_read` ``reads`` times over (timed together); messages/s of each.
+    Durable as the server's ``synchronous_commit`` says."""
     with psycopg.connect(url) as conn:
-        conn.execute(_OUTBOX_DDL)
-        conn.commit()
-        count = 0
-        started = time.perf_counter()
-        with conn.cursor() as cur:
-            for batch in batches:
-                cur.executemany(_OUTBOX_INSERT, [("peers", value) for value in batch])
-                conn.commit()
-                count += len(batch)
-        produce = count / (time.perf_counter() - started)
-        took = 0.0
-        for _ in range(reads):
-            read, last = 0, 0
-            started = time.perf_counter()
-            with conn.cursor() as cur:
-                while True:
-                    cur.execute(_OUTBOX_PAGE, (last, PAGE))
-                    page = cur.fetchall()
-                    if not page:
-                        break
-                    read += len(page)
-                    last = page[-1][0]
-                conn.commit()
-            took += time.perf_counter() - started
-            _check("postgres", read, count)
+        produce = outbox_produce(conn, batches)
+        count = sum(map(len, batches))
+        took = sum(outbox_read(conn, count) for _ in range(reads))
     return Result(produce, reads * count / took)
+
+
+def outbox_produce(conn: psycopg.Connection[Any], batches: list[list[bytes]]) -> float:
+    """Create the outbox table on ``conn``'s (empty) database and fill it: a transaction
+    of ``executemany`` + ``COMMIT`` per batch; messages/s."""
+    conn.execute(_OUTBOX_DDL)
+    conn.commit()
+    count = 0
+    started = time.perf_counter()
+    with conn.cursor() as cur:
+        for batch in batches:
+            cur.executemany(_OUTBOX_INSERT, [("peers", value) for value in batch])
+            conn.commit()
+            count += len(batch)
+    return count / (time.perf_counter() - started)
+
+
+def outbox_read(conn: psycopg.Connection[Any], count: int) -> float:
+    """Seconds to read the outbox's ``count`` rows back by id, ``PAGE`` rows a query."""
+    read, last = 0, 0
+    started = time.perf_counter()
+    with conn.cursor() as cur:
+        while True:
+            cur.execute(_OUTBOX_PAGE, (last, PAGE))
+            page = cur.fetchall()
+            if not page:
+                break
+            read += len(page)
+            last = page[-1][0]
+        conn.commit()
+    took = time.perf_counter() - started
+    _check("postgres", read, count)
+    return took
 
 
 def run_postgres(work: Path, batches: list[list[bytes]]) -> Result:
