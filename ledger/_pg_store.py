@@ -13,8 +13,9 @@
   (:attr:`PgStore.pipeline_depth`). A flush completes (its callbacks run, its
   waiters wake) only after COMMIT returned, so durability is PostgreSQL's:
   ``synchronous_commit`` and ``synchronous_standby_names`` decide what a returned COMMIT
-  survives. A flush whose COMMIT answer was lost is settled on a new connection
-  (:func:`._pg_write.flush_committed`): committed, it completes; not, it is retried.
+  survives. A flush whose COMMIT answer was lost is settled on a new connection, once
+  its backend has ended (:func:`._pg_write.flush_committed`): committed, it completes;
+  not, it is retried.
 * **Reads** go to a pool of autocommit connections (``psycopg_pool``); each sees what
   was committed when it began and never waits for the writer (MVCC).
 
@@ -72,6 +73,38 @@ _END_SESSIONS = """
 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()
 """
+
+
+_MY_BACKEND = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+_BACKEND_LIVES = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND backend_start = %s"
+
+Backend = tuple[int, Any]
+"""A server process of PostgreSQL's: its pid and start time (a pid is reused; the pair
+is not)."""
+
+
+async def backend_of(conn: psycopg.AsyncConnection[Any]) -> Backend | None:
+    """The server process behind ``conn`` (None if PostgreSQL does not show it)."""
+    row = await (await conn.execute(_MY_BACKEND)).fetchone()
+    return None if row is None else (int(row[0]), row[1])
+
+
+class _StillRunning(Exception):
+    """The backend of a flush in doubt still runs: its outcome is not known yet."""
+
+
+async def _wait_backend_ended(
+    conn: psycopg.AsyncConnection[Any], backend: Backend, deadline: float
+) -> None:
+    """Return once ``backend`` no longer runs (polled on ``conn``); raise
+    :class:`_StillRunning` if it still does at ``deadline`` (the loop's clock)."""
+    loop = asyncio.get_running_loop()
+    delay = 0.005
+    while await (await conn.execute(_BACKEND_LIVES, backend)).fetchone() is not None:
+        if loop.time() + delay > deadline:
+            raise _StillRunning(f"the backend {backend[0]} of the flush in doubt still runs")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _session_options(lease_timeout: float) -> str:
@@ -192,6 +225,8 @@ class PgStore(SqlStore):
         super().__init__(None, max_pending_entries=max_pending_entries)
         self.url = url
         self._writer: psycopg.AsyncConnection[Any] | None = writer
+        self._writer_backend: Backend | None = None
+        """The server process of ``_writer`` (see :meth:`_settle`)."""
         self._pool = pool
         self.lease = lease
         """This server's claim on the store (its epoch fences every flush)."""
@@ -269,6 +304,7 @@ class PgStore(SqlStore):
             if me is not None:
                 await announce(writer, me, lease_timeout)
             members = await read_members(writer)
+            backend = await backend_of(writer)
         except BaseException:
             if pool is not None:
                 await pool.close()
@@ -285,6 +321,7 @@ class PgStore(SqlStore):
             member=me,
         )
         store.members = members
+        store._writer_backend = backend
         store._connect_timeout = max(1, round(connect_timeout))
         store._renew_task = asyncio.create_task(store._renew(), name="txnstream-lease")
         return store
@@ -370,12 +407,14 @@ class PgStore(SqlStore):
         else:
             claims = {STORE_SCOPE: epoch}
             try:
+                backend = None
                 conn = await self._writer_connection(before)
+                backend = self._writer_backend
                 await apply_flush(conn, claims, runs, seq, after=after)
             except psycopg.OperationalError as exc:
                 if before is not None:  # its doubt first: this one commits only after it
                     await asyncio.wait([before])
-                error = await self._settle(claims, seq, exc)
+                error = await self._settle(claims, seq, exc, backend)
             except PredecessorNotCommitted as exc:
                 error = _NotCommitted(str(exc))
             except Exception as exc:  # noqa: BLE001 - a failed flush is handed to _hopped
@@ -398,21 +437,40 @@ class PgStore(SqlStore):
             if writer is None or writer.closed or writer.broken:
                 if writer is not None:
                     await writer.close()
-                self._writer = None
-                writer = self._writer = await psycopg.AsyncConnection.connect(
+                self._writer = self._writer_backend = None
+                writer = await psycopg.AsyncConnection.connect(
                     self.url,
                     autocommit=True,
                     application_name=session_name(self.lease.holder),
                     connect_timeout=self._connect_timeout,
                     options=_session_options(self.lease.ttl),
                 )
+                try:
+                    self._writer_backend = await backend_of(writer)
+                except BaseException:
+                    await writer.close()
+                    raise
+                self._writer = writer
             return writer
 
     async def _settle(
-        self, claims: Mapping[str, int], seq: int, exc: BaseException
+        self,
+        claims: Mapping[str, int],
+        seq: int,
+        exc: BaseException,
+        backend: Backend | None = None,
     ) -> BaseException | None:
         """The flush failed on its connection: None if it committed anyway, else the
         error to hand on (:class:`_NotCommitted`, retried, when it surely did not).
+
+        The outcome is read once the flush's server process (``backend``) has ended: a
+        connection that failed on our side (a network cut, a timeout) may leave its
+        backend alive with the flush still unread in its socket, to commit it later,
+        after a reading that said "not committed" (and a retry of it would then find
+        its rows taken and fail the store). Waiting for the lease row's lock alone does
+        not cover that: the flush takes it only once it runs. (Never ended by us: a
+        backend waiting for a synchronous standby would leave a commit that is local
+        only, which the reading would then call committed.)
 
         While the database is unreachable (restarting, failing over) the outcome is
         asked again with backoff, for up to the lease timeout (at least 5 s)."""
@@ -424,10 +482,15 @@ class PgStore(SqlStore):
             try:
                 left = max(0.1, deadline - loop.time())
                 async with self._pool.connection(timeout=left) as conn:
+                    if backend is not None:
+                        await _wait_backend_ended(conn, backend, deadline)
+                        left = max(0.1, deadline - loop.time())
                     committed = await flush_committed(conn, claims, seq, lock_timeout=left)
                 break
             except LeaseLostError as lost:
                 return lost
+            except _StillRunning as running:
+                return running  # the outcome stays unknown
             except (psycopg.Error, PoolTimeout) as settle_error:
                 if loop.time() + delay > deadline:
                     return settle_error  # still unreachable: the outcome stays unknown

@@ -5,6 +5,10 @@ active, fencing), and a writer connection lost between flushes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,8 @@ from txnstream.ledger import (
     Position,
     Store,
     WriteBatch,
+    _pg_store,
+    _pg_write,
 )
 from txnstream.ledger._batch import OPERATIONS
 from txnstream.ledger._pg_members import LINGER
@@ -425,6 +431,88 @@ async def test_pipelined_flushes_whose_connection_dies_are_stored_once_in_order(
     assert stored == sorted(set(stored))
     # everything submitted, in submission order (every writer's last write was awaited)
     assert stored == list(range(submitted))
+
+
+async def test_a_flush_in_doubt_is_read_only_once_its_backend_ended(
+    store: PgStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's backend is stopped with a flush unread in its socket, and the
+    connection then fails on our side (as a network cut or a timeout would): the flush
+    is in doubt, yet not started, so it holds no lock. Its outcome is read only once
+    that backend has ended (here: woken, it commits the flush and exits), so the flush
+    completes as committed, once; read while the backend lived, "not committed" would
+    have sent it again, onto the rows the backend went on to commit, failing the store."""
+    batch = WriteBatch()
+    batch.create_topic(0, "a", 1)
+    await store.write(batch)
+    writer = store._writer
+    assert writer is not None
+    backend = writer.info.backend_pid
+    read_outcome = asyncio.Event()
+    real_flush_committed = _pg_store.flush_committed
+
+    async def flush_committed(*args: Any, **kwargs: Any) -> bool:
+        committed = await real_flush_committed(*args, **kwargs)
+        read_outcome.set()
+        # a backend that was still alive goes on now, after the reading
+        _signal(backend, signal.SIGCONT)
+        await wait_until(_stored(pg_url, 1), 10, "the woken backend to commit")
+        return committed
+
+    monkeypatch.setattr(_pg_store, "flush_committed", flush_committed)
+    try:
+        os.kill(backend, signal.SIGSTOP)
+    except PermissionError:
+        pytest.skip("cannot signal PostgreSQL's processes (run as root or postgres)")
+    try:
+        batch = WriteBatch()
+        batch.insert_entries([(0, 0, 0, 0, None, b"in doubt")])
+        future = store.submit(batch)
+        assert future is not None
+        await wait_until(_sent(writer), 10, "the flush to be sent")
+        with socket.socket(fileno=os.dup(writer.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)  # our side of the connection fails
+        # The settle must wait for the backend: give a reading before then the time to
+        # happen (it would at once), then wake the backend ourselves.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(read_outcome.wait(), 2.0)
+        _signal(backend, signal.SIGCONT)
+        await asyncio.wait_for(future, 30)
+    finally:
+        _signal(backend, signal.SIGCONT)
+    assert store.failure is None
+    assert await _stored(pg_url, 1)()
+    batch = WriteBatch()
+    batch.insert_entries([(0, 0, 1, 0, None, b"after")])
+    await store.write(batch)  # and the store goes on
+    assert await _stored(pg_url, 2)()
+
+
+def _sent(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[bool]]:
+    """A condition for :func:`wait_until`: a flush was sent on ``conn`` and awaits its
+    answer."""
+
+    async def check() -> bool:
+        state = _pg_write._WRITERS.get(conn)
+        return state is not None and state.last is not None
+
+    return check
+
+
+def _stored(url: str, n: int) -> Callable[[], Awaitable[bool]]:
+    """A condition: exactly ``n`` log entries are committed."""
+
+    async def check() -> bool:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            row = await (await conn.execute("SELECT count(*) FROM entries")).fetchone()
+        return row == (n,)
+
+    return check
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
 
 
 def _more(acked: list[int], n: int) -> Callable[[], Awaitable[bool]]:
