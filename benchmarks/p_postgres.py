@@ -61,7 +61,7 @@ half of their ratios within 0.60-0.70x). Both sides read as often and are timed
 alike, in one process with the engine open, so what is compared stays the same."""
 
 
-async def _engine(url: str, producer: Producer, batches: list[list[bytes]]) -> list[float]:
+async def _engine(url: str, producer: Producer, batches: list[list[bytes]]) -> float:
     """Messages/s of ``producer`` on an engine on the store at ``url`` (open and topic
     creation not timed)."""
     count = sum(map(len, batches))
@@ -74,13 +74,13 @@ async def _engine(url: str, producer: Producer, batches: list[list[bytes]]) -> l
         stats = await engine.stats(TOPIC)
         if stats["entries"] != count + len(batches) or stats["open_txns"]:
             raise AssertionError(f"expected {count} messages in {len(batches)} txns: {stats}")
-    return [rate]
+    return rate
 
 
-def _outbox(url: str, batches: list[list[bytes]]) -> list[float]:
+def _outbox(url: str, batches: list[list[bytes]]) -> float:
     """The outbox peer's produce messages/s on the database at ``url``."""
     with psycopg.connect(url) as conn:
-        return [outbox_produce(conn, batches)]
+        return outbox_produce(conn, batches)
 
 
 async def _reads(engine_url: str, outbox_url: str, count: int, run: int) -> tuple[float, float]:
@@ -114,7 +114,7 @@ def postgres(settings: Settings) -> list[Figure]:
     batches = split_batches(make_values(1000), count, 10)
     samples = Samples()
     with start_bench_cluster() as cluster:
-        workloads: list[tuple[str, str, Callable[[str], list[float]]]] = [
+        workloads: list[tuple[str, str, Callable[[str], float]]] = [
             ("outbox", "P1-outbox", lambda url: _outbox(url, batches)),
             ("txn10", "P1-txn10", lambda url: asyncio.run(_engine(url, txn_producer, batches))),
             ("8p", "P1-txn10-8p", lambda url: asyncio.run(_engine(url, txn_producers, batches))),
@@ -124,7 +124,7 @@ def postgres(settings: Settings) -> list[Figure]:
             for tag, figure_id, workload in workloads[:: -1 if run % 2 else 1]:
                 url = urls[tag] = cluster.create_database(f"p{run}_{tag}")
                 started = time.perf_counter()
-                (rate,) = workload(url)
+                rate = workload(url)
                 samples.add(figure_id, rate)
                 progress(
                     f"P run {run + 1}/{settings.runs} {figure_id}: {rate:,.0f} msg/s"

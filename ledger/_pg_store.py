@@ -83,10 +83,24 @@ Backend = tuple[int, Any]
 is not)."""
 
 
-async def backend_of(conn: psycopg.AsyncConnection[Any]) -> Backend | None:
-    """The server process behind ``conn`` (None if PostgreSQL does not show it)."""
-    row = await (await conn.execute(_MY_BACKEND)).fetchone()
-    return None if row is None else (int(row[0]), row[1])
+async def _connect_writer(
+    url: str, holder: str, lease_timeout: float, connect_timeout: int
+) -> tuple[psycopg.AsyncConnection[Any], Backend | None]:
+    """A writer session of the server ``holder``, and the server process behind it
+    (None if PostgreSQL does not show it; see :meth:`PgStore._settle`)."""
+    conn = await psycopg.AsyncConnection.connect(
+        url,
+        autocommit=True,
+        application_name=session_name(holder),
+        connect_timeout=connect_timeout,
+        options=_session_options(lease_timeout),
+    )
+    try:
+        row = await (await conn.execute(_MY_BACKEND)).fetchone()
+    except BaseException:
+        await conn.close()
+        raise
+    return conn, None if row is None else (int(row[0]), row[1])
 
 
 class _StillRunning(Exception):
@@ -268,12 +282,8 @@ class PgStore(SqlStore):
         lease = Lease(holder, advertise_url, lease_timeout, kafka=advertise_kafka)
         me = None if member is None else Member(member, advertise_url, advertise_kafka)
         try:
-            writer = await psycopg.AsyncConnection.connect(
-                url,
-                autocommit=True,
-                application_name=session_name(holder),
-                connect_timeout=max(1, round(connect_timeout)),
-                options=_session_options(lease_timeout),
+            writer, backend = await _connect_writer(
+                url, holder, lease_timeout, max(1, round(connect_timeout))
             )
         except psycopg.OperationalError as exc:  # the engine's errors, not the driver's
             raise EngineFailedError(f"cannot connect to the store at {redact(url)}: {exc}") from exc
@@ -304,7 +314,6 @@ class PgStore(SqlStore):
             if me is not None:
                 await announce(writer, me, lease_timeout)
             members = await read_members(writer)
-            backend = await backend_of(writer)
         except BaseException:
             if pool is not None:
                 await pool.close()
@@ -438,18 +447,9 @@ class PgStore(SqlStore):
                 if writer is not None:
                     await writer.close()
                 self._writer = self._writer_backend = None
-                writer = await psycopg.AsyncConnection.connect(
-                    self.url,
-                    autocommit=True,
-                    application_name=session_name(self.lease.holder),
-                    connect_timeout=self._connect_timeout,
-                    options=_session_options(self.lease.ttl),
+                writer, self._writer_backend = await _connect_writer(
+                    self.url, self.lease.holder, self.lease.ttl, self._connect_timeout
                 )
-                try:
-                    self._writer_backend = await backend_of(writer)
-                except BaseException:
-                    await writer.close()
-                    raise
                 self._writer = writer
             return writer
 
@@ -458,7 +458,7 @@ class PgStore(SqlStore):
         claims: Mapping[str, int],
         seq: int,
         exc: BaseException,
-        backend: Backend | None = None,
+        backend: Backend | None,
     ) -> BaseException | None:
         """The flush failed on its connection: None if it committed anyway, else the
         error to hand on (:class:`_NotCommitted`, retried, when it surely did not).

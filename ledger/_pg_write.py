@@ -38,11 +38,13 @@ flush in doubt: it may have committed. Each flush therefore also writes its *mar
 transaction, and :func:`flush_committed` settles the doubt on a new connection: it locks
 the scope's lease row ``FOR UPDATE``, which waits until every transaction still holding it
 ``FOR SHARE`` (the flush in doubt, if its backend still runs) has ended, then reads the
-mark. A flush sent behind another before that one's answer came (pipelined on the
-connection: the next flush travels while the previous commits) first checks that the
-previous one's mark is there (:data:`_FOLLOWS`) and rolls back whole if not; so a flush
-commits only after every flush before it did, and a mark at or past a flush's number
-says it committed. Its doubt is settled only after those before it are.
+mark. (A flush its backend has not read yet holds no lock: the store asks only once that
+backend has ended; see ``PgStore._settle``.) A flush sent behind another before that
+one's answer came (pipelined on the connection: the next flush travels while the
+previous commits) first checks that the previous one's mark is there (:data:`_FOLLOWS`)
+and rolls back whole if not; so a flush commits only after every flush before it did,
+and a mark at or past a flush's number says it committed. Its doubt is settled only
+after those before it are.
 """
 
 from __future__ import annotations
